@@ -1,0 +1,84 @@
+"""Development sessions: ``nox -l`` lists them; ``bash scripts/test.sh`` runs what CI runs.
+
+Python versions are found on PATH as ``python3.12`` / ``python3.11`` (``scripts/test.sh`` makes
+pyenv expose both when pyenv is present). Pytest's exit code 5 (nothing collected, e.g. GPU tests
+on a CPU machine) counts as success.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests", "compat", "packaging"]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(str(ROOT / "pyproject.toml"))
+PURE_PACKAGES = ["packages/ejkernel-core", "packages/ejkernel-xla"]
+# The versions the GPU machine runs (tests) and the oldest supported ones (compat).
+JAX_CURRENT = ["jax==0.11.2", "jaxlib==0.11.2"]
+JAX_OLDEST = ["jax==0.10.2", "jaxlib==0.10.2"]
+PYTEST_OK = [0, 5]
+
+
+def _install(session: nox.Session, jax_pins: list[str]) -> None:
+    session.install("-U", "pip")
+    session.install(
+        *jax_pins,
+        *nox.project.dependency_groups(PYPROJECT, "test"),
+        "-e",
+        "packages/ejkernel-core[plot]",
+        "-e",
+        "packages/ejkernel-xla",
+    )
+
+
+def _workers() -> str:
+    return os.environ.get("EJKERNEL_TEST_WORKERS", "auto")
+
+
+@nox.session(python="3.12")
+def tests(session: nox.Session) -> None:
+    """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices)."""
+    _install(session, JAX_CURRENT)
+    session.run("pytest", "-n", _workers(), "--durations=15", *session.posargs, success_codes=PYTEST_OK)
+
+
+@nox.session(python="3.11")
+def compat(session: nox.Session) -> None:
+    """The whole suite on the oldest supported stack: Python 3.11 with jax 0.10.2."""
+    _install(session, JAX_OLDEST)
+    session.run("pytest", "-n", _workers(), *session.posargs, success_codes=PYTEST_OK)
+
+
+@nox.session(python="3.12")
+def lint(session: nox.Session) -> None:
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", "packages", "tests", "noxfile.py", "benchmarks")
+    session.run("ruff", "format", "--check", "packages", "tests", "noxfile.py", "benchmarks")
+
+
+@nox.session(python="3.12")
+def build(session: nox.Session) -> None:
+    """Wheels and sdists of every distribution into dist/."""
+    session.install("build")
+    for pkg in PURE_PACKAGES:
+        session.run("python", "-m", "build", "--outdir", "dist", pkg)
+
+
+@nox.session(python="3.12")
+def packaging(session: nox.Session) -> None:
+    """Build the wheels, install ``ejkernel-core[xla]`` from them into a fresh venv, call the API."""
+    session.install("pytest", "build")
+    session.run("pytest", "-m", "packaging", "-p", "no:cacheprovider", "tests/packaging", success_codes=PYTEST_OK)
+
+
+@nox.session(python="3.12")
+def bench(session: nox.Session) -> None:
+    """The CPU benchmark of the foundation issue, written to benchmarks/results/cpu/."""
+    _install(session, JAX_CURRENT)
+    session.run("bash", "benchmarks/cpu.sh", external=True)

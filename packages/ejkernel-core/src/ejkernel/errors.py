@@ -1,0 +1,71 @@
+"""Exceptions raised by ejkernel.
+
+Input validation raises the built-in ``ValueError`` / ``TypeError`` (naming the argument and the
+shapes). The classes here cover what goes wrong after validation: no implementation accepts a
+call, or no config can be resolved for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ConfigResolutionError",
+    "EjkernelError",
+    "NoImplementationError",
+    "UnsupportedError",
+]
+
+
+class EjkernelError(Exception):
+    """Base class of ejkernel's own errors."""
+
+
+class UnsupportedError(EjkernelError, NotImplementedError):
+    """An implementation declined a call (a feature, dtype, shape or device it does not support).
+
+    Attributes:
+        algorithm: the op name, e.g. ``"flash_attention"``.
+        implementation: the declining implementation's name, e.g. ``"triton"``.
+        reason: why it declined, in words.
+    """
+
+    def __init__(self, algorithm: str, implementation: str, reason: str):
+        self.algorithm = algorithm
+        self.implementation = implementation
+        self.reason = reason
+        super().__init__(f"{algorithm}: implementation {implementation!r} declined: {reason}")
+
+
+class NoImplementationError(EjkernelError, RuntimeError):
+    """No registered implementation accepted a call.
+
+    ``reasons`` maps each implementation that was considered to the reason it declined; an empty
+    mapping means none is registered (install a backend, e.g. ``pip install ejkernel-core[xla]``).
+    """
+
+    def __init__(self, algorithm: str, reasons: dict[str, str], hint: str = ""):
+        self.algorithm = algorithm
+        self.reasons = dict(reasons)
+        if reasons:
+            lines = "\n".join(f"  - {name}: {why}" for name, why in reasons.items())
+            msg = f"no implementation of {algorithm!r} accepts this call:\n{lines}"
+        else:
+            msg = f"no implementation of {algorithm!r} is registered"
+        if hint:
+            msg += f"\n{hint}"
+        super().__init__(msg)
+
+
+class ConfigResolutionError(EjkernelError, RuntimeError):
+    """No config could be resolved for a call (the seventh tier of config selection).
+
+    Raised when the policy forbids falling back to heuristics on a cache miss, or when every
+    tier failed; ``attempts`` lists what each tier reported.
+    """
+
+    def __init__(self, key: str, attempts: Sequence[str]):
+        self.key = key
+        self.attempts = list(attempts)
+        lines = "\n".join(f"  - {a}" for a in attempts)
+        super().__init__(f"no config resolved for {key}:\n{lines}")

@@ -1,0 +1,120 @@
+"""``flash_attention``: exact attention in memory linear in the sequence length."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from jaxtyping import Array, Float, Int
+
+from ..ops.config import BwdParams, FwdParams, OpConfig
+from ..types.mask_info import MaskInfo
+from .attention import DenseAttentionOp
+
+__all__ = ["FlashAttention", "FlashAttentionConfig", "flash_attention"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlashAttentionConfig(OpConfig):
+    """Config of ``flash_attention``.
+
+    Attributes:
+        fwd_params: forward tiling (``q_blocksize``/``kv_blocksize``; warps and stages on GPU).
+        bwd_params: backward tiling.
+        platform: ``"auto"`` or an implementation (``"xla"``, ``"triton"``, ...).
+        backend: ``"any"`` or ``"gpu"``/``"tpu"``/``"cpu"``.
+
+    ``None`` fields are chosen by the implementation's heuristic (or by autotuning).
+    """
+
+    op_name = "flash_attention"
+
+    fwd_params: FwdParams | None = None
+    bwd_params: BwdParams | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.fwd_params is not None and not isinstance(self.fwd_params, FwdParams):
+            raise TypeError(f"FlashAttentionConfig.fwd_params must be FwdParams, got {type(self.fwd_params).__name__}")
+        if self.bwd_params is not None and not isinstance(self.bwd_params, BwdParams):
+            raise TypeError(f"FlashAttentionConfig.bwd_params must be BwdParams, got {type(self.bwd_params).__name__}")
+
+
+class FlashAttention(DenseAttentionOp):
+    """The ``flash_attention`` op, for use with an :class:`~ejkernel.ops.Executor`."""
+
+    op_name = "flash_attention"
+    version = "1"
+    config_cls = FlashAttentionConfig
+
+
+@FlashAttention.define
+def flash_attention(
+    query: Float[Array, "batch seq_q num_heads head_dim"],
+    key: Float[Array, "batch seq_k num_kv_heads head_dim"],
+    value: Float[Array, "batch seq_k num_kv_heads value_head_dim"],
+    bias: Float[Array, "..."] | None = None,
+    *,
+    mask_info: MaskInfo | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
+    dropout_prob: float = 0.0,
+    dropout_seed: int | Int[Array, ""] | None = None,
+    cum_seqlens_q: Int[Array, "num_seqs_plus_1"] | None = None,
+    cum_seqlens_k: Int[Array, "num_seqs_plus_1"] | None = None,
+    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+    platform: Literal["auto", "xla", "triton", "pallas", "cuda"] | str | None = None,
+    cfg: FlashAttentionConfig | None = None,
+    mesh: Any = None,
+    in_specs: Any = None,
+    out_specs: Any = None,
+) -> Float[Array, "batch seq_q num_heads value_head_dim"]:
+    """Exact softmax attention, computed blockwise (FlashAttention-2) in memory linear in length.
+
+    Shapes are BSHD. ``softmax(scale · q kᵀ + bias) v`` per head, where query head ``j`` uses
+    key/value head ``j // (num_heads // num_kv_heads)`` (GQA; MQA when ``num_kv_heads == 1``).
+
+    Args:
+        query: ``[batch, seq_q, num_heads, head_dim]``.
+        key: ``[batch, seq_k, num_kv_heads, head_dim]``.
+        value: ``[batch, seq_k, num_kv_heads, value_head_dim]`` (``value_head_dim`` may differ).
+        bias: added to the logits (after the soft cap); broadcastable to
+            ``[batch, num_heads, seq_q, seq_k]`` with each dim 1 or full. Differentiable.
+        mask_info: segment ids (packed sequences, ``-1`` = padding) and/or a pairwise mask, plus
+            causal / sliding-window patterns (see :class:`~ejkernel.types.MaskInfo`).
+        causal: query ``i`` attends keys ``j <= i + seq_k - seq_q`` (aligned bottom-right, so
+            with ``seq_q > seq_k`` the first rows see nothing and return zeros).
+        softmax_scale: multiplies ``q kᵀ``; default ``1/sqrt(head_dim)``.
+        sliding_window: ``w`` (same as ``(w, w)``) or ``(left, right)``: query ``i`` attends keys
+            ``i + off - left <= j <= i + off + right`` with ``off = seq_k - seq_q``.
+        logits_soft_cap: ``cap · tanh(logits / cap)`` (Gemma 2), applied before ``bias``.
+        dropout_prob: probability of dropping an attention weight (kept ones are scaled by
+            ``1 / (1 - p)``). Needs ``dropout_seed``; the same seed gives the same mask.
+        dropout_seed: an int or a scalar integer array (so it can change under ``jit``).
+        cum_seqlens_q: ``[num_seqs + 1]`` cumulative lengths of sequences packed along ``seq_q``
+            of a batch-1 query (varlen). Causal and windows apply per sequence; tokens past the
+            last sequence are padding (zeros out).
+        cum_seqlens_k: the same for keys; defaults to ``cum_seqlens_q`` when ``seq_q == seq_k``.
+        softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``: they
+            join each row's softmax denominator and carry no value. Differentiable.
+        platform: ``"auto"`` (default) or the implementation to use; an explicit one that
+            declines raises :class:`~ejkernel.errors.UnsupportedError` with its reason.
+        cfg: a :class:`FlashAttentionConfig` (tiling); missing fields come from the heuristic.
+        mesh, in_specs, out_specs: run under ``jax.shard_map`` on ``mesh``; ``in_specs`` are the
+            PartitionSpecs of ``(query, key, value[, bias])`` (batch and heads may be sharded,
+            sequence and head_dim not); ``out_specs`` defaults to the query's.
+
+    Returns:
+        ``[batch, seq_q, num_heads, value_head_dim]`` in the query's dtype. Rows that may attend
+        no key are zeros (never NaN).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ejkernel
+        >>> q = jax.random.normal(jax.random.key(0), (2, 128, 8, 64))
+        >>> k = v = jax.random.normal(jax.random.key(1), (2, 128, 2, 64))   # GQA: 8 heads, 2 kv heads
+        >>> ejkernel.flash_attention(q, k, v, causal=True).shape
+        (2, 128, 8, 64)
+    """
+    return FlashAttention.call(locals())

@@ -1,0 +1,211 @@
+"""Config caches: in memory (:class:`ConfigCache`) and on disk (:class:`PersistentCache`).
+
+Keys are readable strings built by :func:`cache_key`: device fingerprint, op and implementation
+(with versions), and an abstract description of the arguments (shapes, dtypes, static options).
+Arrays never enter a key by value.
+
+The on-disk cache is one JSON file, ``configs-v<schema>.json``, in the policy's ``cache_dir``::
+
+    {"schema": 1, "entries": {"<key>": {"op": ..., "impl": ..., "config": {...}, ...}}}
+
+Writes take a file lock, re-read the file, merge, write a temporary file and rename it over the
+old one, so concurrent processes never lose each other's entries and readers never see half a
+file. A corrupt or foreign file is reported, ignored, and moved aside (never deleted) at the next
+write. Failing to write (read-only folder, lock timeout) is reported and survived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from .config import OpConfig
+from .policy import current_policy
+
+__all__ = ["SCHEMA_VERSION", "CacheRecord", "ConfigCache", "PersistentCache", "cache_key"]
+
+log = logging.getLogger("ejkernel")
+
+SCHEMA_VERSION = 1
+_LOCK_TIMEOUT_S = 30.0
+
+
+def cache_key(device_fingerprint: str, op: str, op_version: str, impl: str, impl_version: str, description: str) -> str:
+    """``<device>::<op>@<version>::<impl>@<version>::<abstract arguments>``."""
+    return f"{device_fingerprint}::{op}@{op_version}::{impl}@{impl_version}::{description}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheRecord:
+    """A cached config with where it came from."""
+
+    config: OpConfig
+    source: str = "unknown"
+    time_ms: float | None = None
+
+
+class ConfigCache:
+    """Thread-safe in-memory map from cache key to config (the third tier)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, CacheRecord] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CacheRecord | None:
+        with self._lock:
+            return self._data.get(key)
+
+    def put(self, key: str, config: OpConfig, *, source: str = "unknown", time_ms: float | None = None) -> None:
+        with self._lock:
+            self._data[key] = CacheRecord(config, source, time_ms)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def items(self) -> list[tuple[str, CacheRecord]]:
+        with self._lock:
+            return list(self._data.items())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._data
+
+
+class PersistentCache:
+    """The on-disk config cache (the fourth tier). See the module docstring for the format.
+
+    Args:
+        path: the JSON file; by default ``configs-v<schema>.json`` in the policy's ``cache_dir``,
+            looked up at each access so a scoped policy can point elsewhere.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self._fixed_path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self._snapshot: dict[str, Any] = {}
+        self._stamp: tuple[Path, int, int] | None = None
+        self._reported: set[tuple[Path, int, int]] = set()
+        self._write_failed: set[Path] = set()
+
+    @property
+    def path(self) -> Path:
+        if self._fixed_path is not None:
+            return self._fixed_path
+        return current_policy().cache_dir / f"configs-v{SCHEMA_VERSION}.json"
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _parse(self, path: Path) -> tuple[dict[str, Any], str | None]:
+        """Entries of the file at ``path`` and, if it is corrupt or foreign, why."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}, None
+        except OSError as e:
+            return {}, f"unreadable ({e})"
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            return {}, f"not valid JSON ({e})"
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+            return {}, "not an ejkernel config cache (no 'entries' object)"
+        if data.get("schema") != SCHEMA_VERSION:
+            return {}, f"schema {data.get('schema')!r}, expected {SCHEMA_VERSION}"
+        entries = {k: v for k, v in data["entries"].items() if isinstance(k, str) and isinstance(v, dict)}
+        return entries, None
+
+    def _load(self) -> dict[str, Any]:
+        path = self.path
+        try:
+            st = path.stat()
+            stamp = (path, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = (path, 0, -1)
+        with self._lock:
+            if stamp == self._stamp:
+                return self._snapshot
+            entries, problem = self._parse(path) if stamp[2] >= 0 else ({}, None)
+            if problem and stamp not in self._reported:
+                self._reported.add(stamp)
+                log.warning(
+                    "ejkernel: ignoring config cache %s: %s (it is moved aside at the next write)", path, problem
+                )
+            self._snapshot, self._stamp = entries, stamp
+            return entries
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record stored under ``key`` (a dict with at least ``config``), or ``None``."""
+        rec = self._load().get(key)
+        return dict(rec) if rec is not None else None
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        return sorted(self._load().items())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._load()))
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def put(self, key: str, record: dict[str, Any]) -> bool:
+        """Store ``record`` under ``key``; returns whether it reached the disk."""
+        record = dict(record)
+        record.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+        return self._update(lambda entries: entries.__setitem__(key, record))
+
+    def remove(self, key: str) -> bool:
+        return self._update(lambda entries: entries.pop(key, None))
+
+    def clear(self) -> bool:
+        """Remove every entry (the file stays, empty)."""
+        return self._update(lambda entries: entries.clear())
+
+    def _update(self, change) -> bool:
+        path = self.path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with filelock.FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT_S):
+                entries, problem = self._parse(path)
+                if problem and path.exists():
+                    aside = path.with_name(
+                        f"{path.stem}.corrupt-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}{path.suffix}"
+                    )
+                    os.replace(path, aside)
+                    log.warning("ejkernel: moved the unusable config cache %s aside to %s (%s)", path, aside, problem)
+                change(entries)
+                payload = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                try:
+                    with os.fdopen(fd, "w", encoding="utf-8") as f:
+                        f.write(payload)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, path)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+        except (OSError, filelock.Timeout) as e:
+            if path not in self._write_failed:
+                self._write_failed.add(path)
+                log.warning("ejkernel: could not write the config cache %s: %s", path, e)
+            return False
+        with self._lock:
+            self._stamp = None  # re-read next time (another process may have merged in between)
+        return True

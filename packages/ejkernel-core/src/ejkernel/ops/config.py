@@ -1,0 +1,177 @@
+"""Config dataclasses: kernel tuning parameters and the base of every op's config.
+
+Configs are small, frozen, hashable and validated at construction, so a bad value fails where it
+is written, not deep inside a kernel. ``None`` in a field means "let the implementation choose":
+resolution fills it from the heuristic (see :meth:`OpConfig.filled_from`). Configs round-trip
+through JSON (:meth:`OpConfig.to_dict` / :meth:`OpConfig.from_dict`) for the persistent cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from typing import Any, ClassVar, TypeVar
+
+__all__ = ["BwdParams", "FwdParams", "OpConfig", "check_positive_int"]
+
+C = TypeVar("C", bound="_Serializable")
+
+
+def check_positive_int(owner: str, name: str, value: Any, *, power_of_two: bool = False) -> None:
+    """Raise ``ValueError``/``TypeError`` unless ``value`` is None or a positive int."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an int or None, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{owner}.{name} must be positive, got {value}")
+    if power_of_two and value & (value - 1):
+        raise ValueError(f"{owner}.{name} must be a power of two, got {value}")
+
+
+class _Serializable:
+    """JSON round trip for frozen dataclasses whose fields are scalars or nested dataclasses."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, _Serializable):
+                v = v.to_dict()
+            elif isinstance(v, enum.Enum):
+                v = v.value
+            elif isinstance(v, tuple):
+                v = list(v)
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        if not isinstance(data, dict):
+            raise TypeError(f"{cls.__name__}.from_dict expects a dict, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__}.from_dict: unknown fields {sorted(unknown)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            nested = _nested_type(hints.get(name))
+            if nested is not None and isinstance(value, dict):
+                value = nested.from_dict(value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            kwargs[name] = value
+        return cls(**kwargs)
+
+
+def _nested_type(hint: Any) -> type[_Serializable] | None:
+    """The _Serializable class inside ``hint`` (``X``, ``X | None``, ``Optional[X]``)."""
+    if isinstance(hint, type) and issubclass(hint, _Serializable):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if isinstance(arg, type) and issubclass(arg, _Serializable):
+                return arg
+    return None
+
+
+def _fill(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    if isinstance(value, _Params) and isinstance(default, type(value)):
+        return dataclasses.replace(
+            value,
+            **{f.name: _fill(getattr(value, f.name), getattr(default, f.name)) for f in dataclasses.fields(value)},
+        )
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Params(_Serializable):
+    """Block sizes and launch parameters of one pass of a kernel.
+
+    Attributes:
+        q_blocksize: rows of the query tile (``BLOCK_M``); ``None``: chosen by the implementation.
+        kv_blocksize: rows of the key/value tile (``BLOCK_N``); ``None``: chosen.
+        num_warps: warps per program (GPU kernels; a power of two up to 32).
+        num_stages: software-pipelining depth (GPU kernels).
+
+    Which fields matter depends on the implementation (XLA uses the block sizes as chunk sizes
+    and ignores warps and stages); each implementation validates the values it uses.
+    """
+
+    q_blocksize: int | None = None
+    kv_blocksize: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        check_positive_int(owner, "q_blocksize", self.q_blocksize)
+        check_positive_int(owner, "kv_blocksize", self.kv_blocksize)
+        check_positive_int(owner, "num_warps", self.num_warps, power_of_two=True)
+        if self.num_warps is not None and self.num_warps > 32:
+            raise ValueError(f"{owner}.num_warps must be at most 32, got {self.num_warps}")
+        check_positive_int(owner, "num_stages", self.num_stages)
+
+
+@dataclasses.dataclass(frozen=True)
+class FwdParams(_Params):
+    __doc__ = "Forward-pass parameters. " + (_Params.__doc__ or "")
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdParams(_Params):
+    __doc__ = "Backward-pass parameters. " + (_Params.__doc__ or "")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpConfig(_Serializable):
+    """Base of every op's config class (``FlashAttentionConfig``, ``PageAttentionConfig``, ...).
+
+    Attributes:
+        platform: ``"auto"`` or the implementation to use: a platform (``"triton"``,
+            ``"pallas"``, ``"cuda"``, ``"xla"``) or a registered implementation's name.
+        backend: ``"any"`` or the device kind the implementation must target
+            (``"gpu"``, ``"tpu"``, ``"cpu"``).
+    """
+
+    op_name: ClassVar[str] = ""
+
+    platform: str = "auto"
+    backend: str = "any"
+
+    def __post_init__(self):
+        for name in ("platform", "backend"):
+            v = getattr(self, name)
+            if isinstance(v, enum.Enum):
+                object.__setattr__(self, name, str(v.value))
+            elif not isinstance(v, str):
+                raise TypeError(f"{type(self).__name__}.{name} must be a str, got {type(v).__name__}")
+            else:
+                object.__setattr__(self, name, v.lower())
+        if self.backend not in ("any", "gpu", "tpu", "cpu"):
+            raise ValueError(
+                f"{type(self).__name__}.backend must be 'any', 'gpu', 'tpu' or 'cpu', got {self.backend!r}"
+            )
+
+    def filled_from(self, default: OpConfig) -> OpConfig:
+        """This config with every ``None`` (also inside nested params) taken from ``default``."""
+        if type(default) is not type(self):
+            raise TypeError(f"cannot fill {type(self).__name__} from {type(default).__name__}")
+        changes = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("platform", "backend"):
+                continue
+            changes[f.name] = _fill(getattr(self, f.name), getattr(default, f.name))
+        return dataclasses.replace(self, **changes)
+
+    def tuning_fields(self) -> dict[str, Any]:
+        """The config without ``platform``/``backend``: what tuning chose."""
+        d = self.to_dict()
+        d.pop("platform", None)
+        d.pop("backend", None)
+        return d

@@ -1,0 +1,173 @@
+"""The scoped execution policy: autotuning, cache-miss behaviour, caches, allowed backends.
+
+One frozen :class:`Policy` is in force at any time; :func:`policy` changes fields for the length
+of a ``with`` block (per thread and per asyncio task, through ``contextvars``). Environment
+variables set the defaults once, at import; nothing reads them later in a call path:
+
+=============================  ==============================================================
+``EJKERNEL_AUTOTUNE``          ``1`` tunes configs on a cache miss (default ``0``)
+``EJKERNEL_AUTOTUNE_MODE``     ``fwd`` or ``fwdbwd``: what tuning times for trainable ops
+``EJKERNEL_CACHE_MISS``        ``heuristic`` (default), ``warn`` or ``error``
+``EJKERNEL_PERSISTENT_CACHE``  ``0`` disables the on-disk config cache
+``EJKERNEL_CACHE_DIR``         where the on-disk cache lives (default: the user cache dir)
+``EJKERNEL_BACKENDS``          ``xla,triton`` allows only those; ``-triton`` denies one
+=============================  ==============================================================
+
+Note that ops pick their implementation and config when they are traced: a jitted function
+keeps what was chosen at its first trace, whatever policy is in force when it is called later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+
+__all__ = ["Policy", "current_policy", "default_policy", "parse_backend_list", "policy"]
+
+CacheMiss = Literal["heuristic", "warn", "error"]
+AutotuneMode = Literal["fwd", "fwdbwd"]
+
+
+def parse_backend_list(spec: str) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """Parse ``EJKERNEL_BACKENDS``: ``"xla,triton"`` → allow; ``"-cuda,-pallas"`` → deny.
+
+    Returns ``(allow, deny)`` where ``allow is None`` means every backend not denied.
+    """
+    allow: set[str] = set()
+    deny: set[str] = set()
+    for raw in spec.split(","):
+        item = raw.strip().lower()
+        if not item or item in ("all", "*"):
+            continue
+        if item.startswith(("-", "!")):
+            deny.add(item[1:].strip())
+        else:
+            allow.add(item.lstrip("+").strip())
+    return (frozenset(allow) if allow else None), frozenset(deny)
+
+
+def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r}: expected 0/1, true/false, yes/no or on/off")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """How ops resolve configs and which backends they may use.
+
+    Attributes:
+        autotune: on a cache miss, time the implementation's candidate configs on the device
+            and keep the fastest (in memory and, if enabled, on disk).
+        autotune_mode: ``"fwd"`` times the forward pass; ``"fwdbwd"`` times forward + backward
+            for trainable ops.
+        autotune_repeats: timed repetitions per candidate (the median is kept).
+        on_cache_miss: when no cached or tuned config exists: ``"heuristic"`` uses the
+            implementation's heuristic, ``"warn"`` does too but logs a warning, ``"error"``
+            raises :class:`~ejkernel.errors.ConfigResolutionError` (useful in production, to
+            prove every shape was tuned ahead).
+        persistent_cache: read and write the on-disk config cache.
+        cache_dir: folder of the on-disk cache.
+        backends_allow: backend plugin names that may be used (``None``: all not denied).
+        backends_deny: backend plugin names that must not be loaded or used.
+        progress: show progress bars while tuning (``None``: when stderr is a terminal).
+    """
+
+    autotune: bool = False
+    autotune_mode: AutotuneMode = "fwd"
+    autotune_repeats: int = 5
+    on_cache_miss: CacheMiss = "heuristic"
+    persistent_cache: bool = True
+    cache_dir: Path = dataclasses.field(default_factory=lambda: Path(platformdirs.user_cache_dir("ejkernel")))
+    backends_allow: frozenset[str] | None = None
+    backends_deny: frozenset[str] = frozenset()
+    progress: bool | None = None
+
+    def __post_init__(self):
+        if self.on_cache_miss not in ("heuristic", "warn", "error"):
+            raise ValueError(f"on_cache_miss must be 'heuristic', 'warn' or 'error', got {self.on_cache_miss!r}")
+        if self.autotune_mode not in ("fwd", "fwdbwd"):
+            raise ValueError(f"autotune_mode must be 'fwd' or 'fwdbwd', got {self.autotune_mode!r}")
+        if not isinstance(self.autotune_repeats, int) or self.autotune_repeats < 1:
+            raise ValueError(f"autotune_repeats must be a positive int, got {self.autotune_repeats!r}")
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if self.backends_allow is not None:
+            object.__setattr__(self, "backends_allow", frozenset(self.backends_allow))
+        object.__setattr__(self, "backends_deny", frozenset(self.backends_deny))
+
+    def backend_allowed(self, name: str) -> bool:
+        """Whether the backend plugin ``name`` may be loaded and used under this policy."""
+        if name in self.backends_deny:
+            return False
+        return self.backends_allow is None or name in self.backends_allow
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
+        """The policy that the environment variables describe (see the module docstring)."""
+        env = os.environ if env is None else env
+        kwargs: dict = {}
+        kwargs["autotune"] = _env_bool(env, "EJKERNEL_AUTOTUNE", False)
+        kwargs["persistent_cache"] = _env_bool(env, "EJKERNEL_PERSISTENT_CACHE", True)
+        if env.get("EJKERNEL_AUTOTUNE_MODE"):
+            kwargs["autotune_mode"] = env["EJKERNEL_AUTOTUNE_MODE"].strip().lower()
+        if env.get("EJKERNEL_CACHE_MISS"):
+            kwargs["on_cache_miss"] = env["EJKERNEL_CACHE_MISS"].strip().lower()
+        if env.get("EJKERNEL_CACHE_DIR"):
+            kwargs["cache_dir"] = Path(env["EJKERNEL_CACHE_DIR"]).expanduser()
+        if env.get("EJKERNEL_BACKENDS"):
+            kwargs["backends_allow"], kwargs["backends_deny"] = parse_backend_list(env["EJKERNEL_BACKENDS"])
+        return cls(**kwargs)
+
+
+def _initial_policy() -> Policy:
+    try:
+        return Policy.from_env()
+    except ValueError as e:  # a bad variable must not make `import ejkernel` fail
+        import logging
+
+        logging.getLogger("ejkernel").warning("ignoring the EJKERNEL_* environment: %s", e)
+        return Policy()
+
+
+_DEFAULT = _initial_policy()
+_CURRENT: contextvars.ContextVar[Policy] = contextvars.ContextVar("ejkernel_policy", default=_DEFAULT)
+
+
+def default_policy() -> Policy:
+    """The policy set at import from the environment."""
+    return _DEFAULT
+
+
+def current_policy() -> Policy:
+    """The policy in force here."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def policy(base: Policy | None = None, /, **changes) -> Iterator[Policy]:
+    """Change the policy for the length of a ``with`` block.
+
+    ``with ejkernel.ops.policy(autotune=True, on_cache_miss="error"): ...`` changes those fields
+    of the policy in force; ``policy(Policy(...))`` replaces it whole. Blocks nest; leaving one
+    restores what was in force before.
+    """
+    start = current_policy() if base is None else base
+    new = dataclasses.replace(start, **changes) if changes else start
+    token = _CURRENT.set(new)
+    try:
+        yield new
+    finally:
+        _CURRENT.reset(token)

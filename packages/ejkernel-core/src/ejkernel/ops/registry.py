@@ -1,0 +1,442 @@
+"""The kernel registry: implementations of each op, by platform, backend and priority.
+
+Backends are separate distributions. Each declares one entry point in the group
+``ejkernel.backends`` whose target is a cheap ``register(registry)`` function::
+
+    [project.entry-points."ejkernel.backends"]
+    mybackend = "my_package:register"
+
+    def register(registry):
+        registry.register("flash_attention", Platform.TRITON, Backend.GPU, priority=200)(MyImpl)
+
+Discovery is lazy (the first query of the registry) and each plugin is isolated: one that fails
+to import or to register is recorded with its error (see :meth:`KernelRegistry.backends` and
+``ejkernel info``), logged once, and rolled back; the others and ``import ejkernel`` carry on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib.metadata
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..errors import NoImplementationError, UnsupportedError
+from .config import OpConfig
+from .device import DeviceInfo
+from .policy import Policy, current_policy
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "BackendInfo",
+    "KernelImpl",
+    "KernelRegistry",
+    "Platform",
+    "kernel_registry",
+]
+
+log = logging.getLogger("ejkernel")
+
+ENTRY_POINT_GROUP = "ejkernel.backends"
+_DIRECT = "<direct>"
+
+
+class Platform(enum.StrEnum):
+    """The technology an implementation is written in."""
+
+    TRITON = "triton"
+    PALLAS = "pallas"
+    CUDA = "cuda"
+    XLA = "xla"
+
+
+class Backend(enum.StrEnum):
+    """The device kind an implementation targets; ``ANY`` runs on every device."""
+
+    GPU = "gpu"
+    TPU = "tpu"
+    CPU = "cpu"
+    ANY = "any"
+
+
+class KernelImpl:
+    """One implementation of one op. Backends subclass it and register it.
+
+    The registry sets ``algorithm``, ``platform``, ``backend``, ``priority``, ``name`` and
+    ``plugin`` at registration. Subclasses override:
+
+    - :meth:`decline` to refuse calls they cannot serve, with a reason (feature, dtype, shape,
+      device); the registry already refuses devices of the wrong backend.
+    - :meth:`heuristic_cfg`, a config for any call it accepts (pure function of shapes, dtype and
+      device), and :meth:`candidate_cfgs`, the autotuning search space.
+    - :meth:`run`, which computes the op from the op's bound arguments and a complete config.
+
+    ``version`` enters cache keys: bump it when a change makes tuned configs stale.
+    """
+
+    algorithm: str = ""
+    platform: Platform = Platform.XLA
+    backend: Backend = Backend.ANY
+    priority: int = 0
+    name: str = ""
+    plugin: str = _DIRECT
+    version: str = "1"
+
+    def decline(self, args: Any, device: DeviceInfo) -> str | None:
+        """Why this implementation cannot run ``args`` on ``device``, or ``None`` if it can."""
+        return None
+
+    def heuristic_cfg(self, args: Any, device: DeviceInfo) -> OpConfig:
+        raise NotImplementedError(f"{type(self).__name__} defines no heuristic config")
+
+    def candidate_cfgs(self, args: Any, device: DeviceInfo) -> Sequence[OpConfig]:
+        """Configs that autotuning times; by default only the heuristic one."""
+        return [self.heuristic_cfg(args, device)]
+
+    def validate_cfg(self, cfg: OpConfig, args: Any, device: DeviceInfo) -> None:
+        """Raise ``ValueError`` if ``cfg`` (complete) cannot run ``args``; default: accept."""
+
+    def run(self, args: Any, cfg: OpConfig) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the op through this implementation only: ``impl(q, k, v, causal=True)``."""
+        from .kernel import get_op
+
+        op = get_op(self.algorithm)
+        kwargs["platform"] = self.name
+        return op.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.algorithm}/{self.name} platform={self.platform.value} "
+            f"backend={self.backend.value} priority={self.priority} plugin={self.plugin}>"
+        )
+
+
+class _FunctionImpl(KernelImpl):
+    """Adapter for registering a plain function ``fn(args, cfg) -> out``."""
+
+    def __init__(self, fn: Callable[[Any, OpConfig], Any]):
+        self.fn = fn
+
+    def heuristic_cfg(self, args: Any, device: DeviceInfo) -> OpConfig:
+        from .kernel import get_op
+
+        return get_op(self.algorithm).config_cls()
+
+    def run(self, args: Any, cfg: OpConfig) -> Any:
+        return self.fn(args, cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """A discovered backend plugin and what became of it.
+
+    ``status`` is ``"loaded"``, ``"failed"`` (see ``error``), ``"disabled"`` (denied by the
+    policy; loaded later if a policy allows it) or ``"pending"`` (not needed yet).
+    """
+
+    name: str
+    target: str
+    distribution: str | None
+    version: str | None
+    status: str
+    error: str | None = None
+    implementations: tuple[str, ...] = ()
+
+
+T = TypeVar("T")
+
+
+def _platform(value: Platform | str) -> Platform:
+    try:
+        return value if isinstance(value, Platform) else Platform(str(value).lower())
+    except ValueError:
+        raise ValueError(f"platform must be one of {[p.value for p in Platform]}, got {value!r}") from None
+
+
+def _backend(value: Backend | str) -> Backend:
+    try:
+        return value if isinstance(value, Backend) else Backend(str(value).lower())
+    except ValueError:
+        raise ValueError(f"backend must be one of {[b.value for b in Backend]}, got {value!r}") from None
+
+
+class KernelRegistry:
+    """Implementations of every op. ``ejkernel.kernel_registry`` is the process-wide instance.
+
+    Args:
+        entry_point_group: where plugins are discovered; ``None`` disables discovery (a registry
+            filled by hand, e.g. in tests).
+    """
+
+    def __init__(self, entry_point_group: str | None = ENTRY_POINT_GROUP):
+        self._group = entry_point_group
+        self._lock = threading.RLock()
+        self._impls: dict[str, list[KernelImpl]] = {}
+        self._order = 0
+        self._seq: dict[int, int] = {}
+        self._plugins: dict[str, BackendInfo] | None = None
+        self._entry_points: dict[str, importlib.metadata.EntryPoint] = {}
+        self._loading: str | None = None
+        self._warned: set[str] = set()
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(
+        self,
+        algorithm: str,
+        platform: Platform | str,
+        backend: Backend | str = Backend.ANY,
+        priority: int = 0,
+        *,
+        name: str | None = None,
+    ) -> Callable[[T], T]:
+        """Decorator registering an implementation of ``algorithm``.
+
+        It takes a :class:`KernelImpl` subclass (instantiated with no arguments), an instance,
+        or a plain function ``fn(args, cfg)``. ``name`` (default: the platform's value) must be
+        unique for the algorithm; it is what ``platform=`` and cache keys use. Among the
+        implementations that accept a call, the highest ``priority`` wins.
+        """
+        plat = _platform(platform)
+        back = _backend(backend)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, got {priority!r}")
+
+        def deco(obj: T) -> T:
+            if isinstance(obj, type) and issubclass(obj, KernelImpl):
+                impl = obj()
+            elif isinstance(obj, KernelImpl):
+                impl = obj
+            elif callable(obj):
+                impl = _FunctionImpl(obj)
+            else:
+                raise TypeError(f"cannot register {obj!r}: expected a KernelImpl subclass, instance or function")
+            impl.algorithm = algorithm
+            impl.platform = plat
+            impl.backend = back
+            impl.priority = priority
+            impl.name = (name or plat.value).lower()
+            impl.plugin = self._loading or _DIRECT
+            with self._lock:
+                existing = self._impls.setdefault(algorithm, [])
+                if any(i.name == impl.name for i in existing):
+                    raise ValueError(f"{algorithm}: an implementation named {impl.name!r} is already registered")
+                existing.append(impl)
+                self._order += 1
+                self._seq[id(impl)] = self._order
+            return obj
+
+        return deco
+
+    def unregister(self, algorithm: str, name: str) -> None:
+        with self._lock:
+            impls = self._impls.get(algorithm, [])
+            self._impls[algorithm] = [i for i in impls if i.name != name]
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def _scan(self) -> None:
+        if self._plugins is not None:
+            return
+        self._plugins = {}
+        if self._group is None:
+            return
+        try:
+            eps = importlib.metadata.entry_points(group=self._group)
+        except Exception as e:  # a broken metadata folder must not break the registry
+            log.warning("ejkernel: could not list %s entry points: %s", self._group, e)
+            return
+        for ep in eps:
+            if ep.name in self._entry_points:
+                continue  # the same plugin seen twice on sys.path: the first one wins
+            dist = getattr(ep, "dist", None)
+            self._entry_points[ep.name] = ep
+            self._plugins[ep.name] = BackendInfo(
+                name=ep.name,
+                target=ep.value,
+                distribution=getattr(dist, "name", None),
+                version=getattr(dist, "version", None),
+                status="pending",
+            )
+
+    def load_plugins(self, policy: Policy | None = None) -> None:
+        """Load every plugin the policy allows that is not loaded yet (idempotent)."""
+        policy = policy or current_policy()
+        with self._lock:
+            self._scan()
+            assert self._plugins is not None
+            for name, info in list(self._plugins.items()):
+                if info.status in ("loaded", "failed"):
+                    continue
+                if not policy.backend_allowed(name):
+                    self._plugins[name] = dataclasses.replace(info, status="disabled")
+                    continue
+                self._plugins[name] = self._load_one(name, info)
+
+    def _load_one(self, name: str, info: BackendInfo) -> BackendInfo:
+        before = {(a, i.name) for a, impls in self._impls.items() for i in impls}
+        self._loading = name
+        try:
+            register_fn = self._entry_points[name].load()
+            if not callable(register_fn):
+                raise TypeError(f"entry point {info.target!r} is not callable")
+            register_fn(self)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            # Roll back what the plugin registered before failing, so nothing half-made is used.
+            for algorithm, impls in self._impls.items():
+                self._impls[algorithm] = [i for i in impls if (algorithm, i.name) in before]
+            err = "".join(traceback.format_exception_only(type(e), e)).strip()
+            if name not in self._warned:
+                self._warned.add(name)
+                log.warning("ejkernel: backend plugin %r (%s) failed to load: %s", name, info.target, err)
+            return dataclasses.replace(info, status="failed", error=err)
+        finally:
+            self._loading = None
+        added = tuple(
+            sorted(f"{a}/{i.name}" for a, impls in self._impls.items() for i in impls if (a, i.name) not in before)
+        )
+        log.debug("ejkernel: loaded backend plugin %r: %s", name, ", ".join(added) or "nothing")
+        return dataclasses.replace(info, status="loaded", implementations=added)
+
+    def backends(self) -> list[BackendInfo]:
+        """Every discovered backend plugin with its status (loading those the policy allows)."""
+        self.load_plugins()
+        with self._lock:
+            assert self._plugins is not None
+            return list(self._plugins.values())
+
+    def refresh(self) -> None:
+        """Forget the plugin scan, so that newly installed plugins are discovered.
+
+        Plugins already loaded stay registered; failed ones are retried.
+        """
+        with self._lock:
+            loaded = {n: i for n, i in (self._plugins or {}).items() if i.status == "loaded"}
+            self._plugins = None
+            self._entry_points.clear()
+            self._scan()
+            assert self._plugins is not None
+            self._plugins.update(loaded)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def implementations(self, algorithm: str | None = None, *, policy: Policy | None = None) -> list[KernelImpl]:
+        """Registered implementations (of ``algorithm``, or all), best priority first."""
+        self.load_plugins(policy)
+        with self._lock:
+            if algorithm is None:
+                impls = [i for lst in self._impls.values() for i in lst]
+            else:
+                impls = list(self._impls.get(algorithm, []))
+        return sorted(impls, key=lambda i: (-i.priority, self._seq.get(id(i), 0)))
+
+    def algorithms(self) -> list[str]:
+        self.load_plugins()
+        with self._lock:
+            return sorted(a for a, impls in self._impls.items() if impls)
+
+    def _matching(
+        self, algorithm: str, platform: Platform | str | None, backend: Backend | str | None, policy: Policy
+    ) -> list[KernelImpl]:
+        impls = self.implementations(algorithm, policy=policy)
+        if platform is not None and str(getattr(platform, "value", platform)).lower() != "auto":
+            want = str(getattr(platform, "value", platform)).lower()
+            impls = [i for i in impls if i.platform.value == want or i.name == want]
+        if backend is not None and str(getattr(backend, "value", backend)).lower() != "any":
+            want_b = _backend(backend)
+            impls = [i for i in impls if i.backend in (want_b, Backend.ANY)]
+        return impls
+
+    def get(
+        self,
+        algorithm: str,
+        platform: Platform | str | None = None,
+        backend: Backend | str | None = None,
+    ) -> KernelImpl:
+        """The highest-priority implementation of ``algorithm`` matching the filters.
+
+        This does not ask the implementation whether it accepts any particular call; the
+        returned object is callable like the op (``impl(q, k, v, causal=True)``), which does.
+        """
+        impls = self._matching(algorithm, platform, backend, current_policy())
+        if not impls:
+            raise NoImplementationError(algorithm, {}, self._hint(algorithm, platform, backend, current_policy()))
+        return impls[0]
+
+    def _hint(self, algorithm: str, platform: Any, backend: Any, policy: Policy) -> str:
+        names = [
+            f"{i.name} ({i.platform.value}/{i.backend.value})" for i in self.implementations(algorithm, policy=policy)
+        ]
+        filters = []
+        if platform is not None:
+            filters.append(f"platform={getattr(platform, 'value', platform)!r}")
+        if backend is not None:
+            filters.append(f"backend={getattr(backend, 'value', backend)!r}")
+        parts = []
+        if filters:
+            parts.append("asked for " + ", ".join(filters) + "; registered: " + (", ".join(names) or "none"))
+        if not names:
+            failed = [f"{b.name}: {b.error}" for b in (self._plugins or {}).values() if b.status == "failed"]
+            parts.append(
+                "install a backend, e.g. `pip install ejkernel-core[xla]`"
+                + (f" (plugins that failed to load: {'; '.join(failed)})" if failed else "")
+            )
+        return "\n".join(parts)
+
+    def select(
+        self,
+        algorithm: str,
+        args: Any,
+        device: DeviceInfo,
+        *,
+        platform: Platform | str | None = None,
+        backend: Backend | str | None = None,
+        policy: Policy | None = None,
+    ) -> KernelImpl:
+        """The highest-priority implementation that accepts ``args`` on ``device``.
+
+        With ``platform`` (or ``backend``) set, only matching implementations are considered,
+        and if they all decline, :class:`~ejkernel.errors.UnsupportedError` carries their
+        reasons. With ``platform="auto"``/``None``, :class:`~ejkernel.errors.NoImplementationError`
+        lists every implementation's reason. Nothing falls back silently.
+        """
+        policy = policy or current_policy()
+        impls = self._matching(algorithm, platform, backend, policy)
+        explicit = platform is not None and str(getattr(platform, "value", platform)).lower() != "auto"
+        if not impls:
+            raise NoImplementationError(algorithm, {}, self._hint(algorithm, platform, backend, policy))
+        reasons: dict[str, str] = {}
+        for impl in impls:
+            reason = self.check(impl, args, device, policy)
+            if reason is None:
+                return impl
+            reasons[impl.name] = reason
+        if explicit:
+            raise UnsupportedError(algorithm, ", ".join(reasons), "; ".join(reasons.values()))
+        raise NoImplementationError(algorithm, reasons)
+
+    @staticmethod
+    def check(impl: KernelImpl, args: Any, device: DeviceInfo, policy: Policy | None = None) -> str | None:
+        """Why ``impl`` cannot run ``args`` on ``device`` (policy, device, then its own reason)."""
+        policy = policy or current_policy()
+        if impl.plugin != _DIRECT and not policy.backend_allowed(impl.plugin):
+            return f"backend plugin {impl.plugin!r} is disabled by the policy (EJKERNEL_BACKENDS)"
+        if impl.backend is not Backend.ANY and impl.backend.value != device.platform:
+            return f"needs a {impl.backend.value.upper()} device; this call runs on {device.platform} ({device.kind})"
+        try:
+            return impl.decline(args, device)
+        except Exception as e:  # a buggy decline must not hide the other implementations
+            return f"decline() raised {type(e).__name__}: {e}"
+
+
+kernel_registry = KernelRegistry()

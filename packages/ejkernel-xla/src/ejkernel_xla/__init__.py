@@ -1,0 +1,28 @@
+"""ejkernel's XLA backend: pure-JAX implementations of every op, for every device.
+
+Registered through the ``ejkernel.backends`` entry point (``xla = "ejkernel_xla:register"``) at
+priority 0, so any faster backend that accepts a call (priority > 0) wins over it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PRIORITY", "register"]
+
+PRIORITY = 0
+
+
+def register(registry: Any) -> None:
+    """Register the XLA implementations with ``registry`` (the entry point's target)."""
+    from ejkernel.ops import Backend, Platform
+
+    from .flash_attention import XlaFlashAttention
+    from .page_attention import XlaPageAttention
+    from .scaled_dot_product_attention import XlaScaledDotProductAttention
+
+    registry.register("flash_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaFlashAttention)
+    registry.register("scaled_dot_product_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(
+        XlaScaledDotProductAttention
+    )
+    registry.register("page_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaPageAttention)

@@ -1,0 +1,3 @@
+from .impl import XlaFlashAttention
+
+__all__ = ["XlaFlashAttention"]

@@ -1,0 +1,3 @@
+from .impl import XlaPageAttention
+
+__all__ = ["XlaPageAttention"]

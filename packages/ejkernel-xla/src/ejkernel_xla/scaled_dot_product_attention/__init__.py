@@ -1,0 +1,3 @@
+from .impl import XlaScaledDotProductAttention
+
+__all__ = ["XlaScaledDotProductAttention"]
