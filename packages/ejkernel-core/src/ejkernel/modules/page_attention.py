@@ -143,10 +143,10 @@ class PageAttention(Kernel):
             )
         if dk != d:
             raise ValueError(f"{op}: key_cache head_dim must equal the query's: {shapes}")
+        if min(b, h, d, nb, bs, hk, int(vc.shape[3])) == 0:
+            raise ValueError(f"{op}: empty dimensions are not supported: {shapes}")
         if h % hk:
             raise ValueError(f"{op}: num_heads ({h}) must be a multiple of num_kv_heads ({hk}): {shapes}")
-        if min(b, h, d, nb, bs) == 0:
-            raise ValueError(f"{op}: empty dimensions are not supported: {shapes}")
         lens = V.as_array(op, "context_lens", p["context_lens"], ndim=1, layout="[batch]")
         tables = V.as_array(op, "block_tables", p["block_tables"], ndim=2, layout="[batch, max_blocks]")
         V.check_int(op, "context_lens", lens)

@@ -98,8 +98,8 @@ class PersistentCache:
         self._fixed_path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._snapshot: dict[str, Any] = {}
-        self._stamp: tuple[Path, int, int] | None = None
-        self._reported: set[tuple[Path, int, int]] = set()
+        self._stamp: tuple[Path, int, int, int, int] | None = None
+        self._reported: set[tuple[Path, int, int, int, int]] = set()
         self._write_failed: set[Path] = set()
 
     @property
@@ -113,15 +113,15 @@ class PersistentCache:
     def _parse(self, path: Path) -> tuple[dict[str, Any], str | None]:
         """Entries of the file at ``path`` and, if it is corrupt or foreign, why."""
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
         except FileNotFoundError:
             return {}, None
         except OSError as e:
             return {}, f"unreadable ({e})"
         try:
-            data = json.loads(text)
-        except ValueError as e:
-            return {}, f"not valid JSON ({e})"
+            data = json.loads(raw.decode("utf-8"))
+        except ValueError as e:  # UnicodeDecodeError is a ValueError too
+            return {}, f"not valid UTF-8 JSON ({e})"
         if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
             return {}, "not an ejkernel config cache (no 'entries' object)"
         if data.get("schema") != SCHEMA_VERSION:
@@ -131,15 +131,17 @@ class PersistentCache:
 
     def _load(self) -> dict[str, Any]:
         path = self.path
+        # Writers rename a new file into place, so the inode changes even where timestamps are
+        # too coarse to tell two writes apart.
         try:
             st = path.stat()
-            stamp = (path, st.st_mtime_ns, st.st_size)
+            stamp = (path, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         except OSError:
-            stamp = (path, 0, -1)
+            stamp = (path, 0, 0, 0, -1)
         with self._lock:
             if stamp == self._stamp:
                 return self._snapshot
-            entries, problem = self._parse(path) if stamp[2] >= 0 else ({}, None)
+            entries, problem = self._parse(path) if stamp[-1] >= 0 else ({}, None)
             if problem and stamp not in self._reported:
                 self._reported.add(stamp)
                 log.warning(

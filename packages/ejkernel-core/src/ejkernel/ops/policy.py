@@ -97,6 +97,11 @@ class Policy:
     progress: bool | None = None
 
     def __post_init__(self):
+        for name in ("autotune", "persistent_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Policy.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise TypeError(f"Policy.progress must be a bool or None, got {self.progress!r}")
         if self.on_cache_miss not in ("heuristic", "warn", "error"):
             raise ValueError(f"on_cache_miss must be 'heuristic', 'warn' or 'error', got {self.on_cache_miss!r}")
         if self.autotune_mode not in ("fwd", "fwdbwd"):

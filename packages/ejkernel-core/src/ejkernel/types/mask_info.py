@@ -160,6 +160,9 @@ class MaskInfo:
         Tokens ``cu[s] <= t < cu[s+1]`` get segment ``s``; tokens past ``cu[-1]`` up to
         ``seq_len`` (default ``cu[-1]``, which needs concrete ``cu``) are padding (``-1``).
         """
+        for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if cu is not None and not jnp.issubdtype(jnp.asarray(cu).dtype, jnp.integer):
+                raise TypeError(f"from_cu_seqlens: {name} must have an integer dtype, got {jnp.asarray(cu).dtype}")
         cu_q = jnp.asarray(cu_seqlens_q, jnp.int32)
         cu_k = cu_q if cu_seqlens_k is None else jnp.asarray(cu_seqlens_k, jnp.int32)
         if cu_q.ndim != 1 or cu_k.ndim != 1 or cu_q.shape != cu_k.shape or cu_q.shape[0] < 2:
@@ -169,6 +172,14 @@ class MaskInfo:
             )
         if seq_len_k is None and seq_len_q is not None and cu_seqlens_k is None:
             seq_len_k = seq_len_q
+        for name, cu, n in (("cu_seqlens_q", cu_q, seq_len_q), ("cu_seqlens_k", cu_k, seq_len_k)):
+            c = _concrete(cu)
+            if c is None:
+                continue
+            if (np.diff(c) < 0).any() or c[0] < 0:
+                raise ValueError(f"from_cu_seqlens: {name} must be non-negative and non-decreasing, got {c.tolist()}")
+            if n is not None and n < int(c[-1]):
+                raise ValueError(f"from_cu_seqlens: the sequence length {n} is shorter than {name}[-1] = {int(c[-1])}")
 
         def seg(cu: jax.Array, n: int | None, name: str) -> jax.Array:
             if n is None:
@@ -251,7 +262,13 @@ class MaskInfo:
         by its first visible key, each key by the label of the first row that sees it. With
         ``check`` and a concrete mask, a mask that segments cannot express raises ``ValueError``
         (under ``jit`` it cannot be checked). Patterns (causal, window) are not part of segments.
+        A MaskInfo holding both segments and a pairwise mask raises: segments alone would drop
+        the mask.
         """
+        if self.q_segment_ids is not None and self.attention_mask is not None:
+            raise ValueError(
+                "to_segment_ids: this MaskInfo holds a pairwise mask besides segments; segments cannot express both"
+            )
         if self.q_segment_ids is not None:
             assert self.kv_segment_ids is not None
             return self.q_segment_ids, self.kv_segment_ids
@@ -276,7 +293,8 @@ class MaskInfo:
         """``(cu_seqlens_q, cu_seqlens_k)`` of segments packed in one row (concrete, batch 1).
 
         Each segment must be one contiguous run, in the same order on both sides; padding
-        (``-1``) may only trail. Raises ``ValueError`` otherwise.
+        (``-1``) may only trail. Raises ``ValueError`` otherwise. Empty sequences leave no
+        segment id behind, so they do not survive a round trip through segment ids.
         """
         q, kv = self.to_segment_ids()
         qc, kc = _concrete(q), _concrete(kv)

@@ -1,0 +1,111 @@
+"""The ``ejkernel`` command: info, bench (table, JSON, PNG), cache, and the console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ejkernel
+from ejkernel.cli import main
+from ejkernel.ops import PersistentCache, policy
+
+ATTENTION_KEYS = {
+    "op", "impl", "device", "dtype", "b", "sq", "sk", "h", "hk", "d", "causal",
+    "fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops",
+}  # fmt: skip
+
+
+def test_info_runs_as_module_and_console_script():
+    res = subprocess.run([sys.executable, "-m", "ejkernel", "info"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "xla" in res.stdout and "loaded" in res.stdout and "flash_attention" in res.stdout
+    script = os.path.join(os.path.dirname(sys.executable), "ejkernel")
+    res = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "bench" in res.stdout
+
+
+def test_bench_attention_json_and_plot(tmp_path, capsys):
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(
+        [
+            "bench", "flash_attention", "--shape", "1,40,48,4,2,16", "--causal", "both", "--repeats", "1",
+            "--json", str(out_json), "--plot", str(out_png),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "jax.nn[xla]" in text and "ok" in text
+    records = json.loads(out_json.read_text())
+    assert {r["impl"] for r in records} == {"xla", "jax.nn[xla]"}
+    assert {r["causal"] for r in records} == {False, True}
+    for r in records:
+        assert set(r) >= ATTENTION_KEYS, ATTENTION_KEYS - set(r)
+        assert r["fwd_ms"] > 0 and r["fwdbwd_tflops"] > 0 and r["command"].startswith("ejkernel bench")
+        assert (r["sq"], r["sk"], r["h"], r["hk"], r["d"]) == (40, 48, 4, 2, 16)
+    assert [r["check"] for r in records if r["impl"] == "xla"] == ["ok", "ok"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_varlen_and_impl_filter(tmp_path):
+    out_json = tmp_path / "r.json"
+    code = main(
+        [
+            "bench", "scaled_dot_product_attention", "--b", "2", "--sq", "32", "--h", "2", "--d", "16",
+            "--varlen", "3", "--causal", "yes", "--fwd-only", "--no-peers", "--repeats", "1", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    (rec,) = json.loads(out_json.read_text())
+    assert rec["varlen"] == 3 and rec["fwdbwd_ms"] is None and rec["check"] == "ok"
+
+
+def test_bench_page_attention_reports_bandwidth(tmp_path):
+    out_json = tmp_path / "p.json"
+    code = main(
+        [
+            "bench", "page_attention", "--b", "3", "--h", "4", "--hk", "2", "--d", "32",
+            "--context", "100", "--block-size", "8", "--repeats", "1", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    records = json.loads(out_json.read_text())
+    assert {r["impl"] for r in records} == {"xla", "jax.nn[xla] dense decode"}
+    for r in records:
+        assert r["gbps"] > 0 and r["peak_gbps"] > 0 and r["bytes"] > 0
+    assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
+
+
+def test_bench_rejects_a_bad_shape(capsys):
+    assert main(["bench", "flash_attention", "--shape", "1,2,3", "--repeats", "1"]) == 2
+    assert "bad --shape" in capsys.readouterr().out
+
+
+def test_cache_list_and_clear(tmp_path, capsys):
+    with policy(cache_dir=tmp_path, autotune=True, autotune_repeats=1):
+        q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 19, 2, 8)), jnp.float32)
+        ejkernel.flash_attention(q, q, q)
+        assert len(PersistentCache()) == 1
+        assert main(["cache", "path"]) == 0
+        assert str(tmp_path) in capsys.readouterr().out
+        assert main(["cache", "list", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        (rec,) = listed.values()
+        assert rec["op"] == "flash_attention"
+        assert main(["cache", "list"]) == 0
+        assert "flash_attention" in capsys.readouterr().out
+        assert main(["cache", "clear"]) == 0
+        assert "cleared 1" in capsys.readouterr().out
+        assert len(PersistentCache()) == 0
+
+
+@pytest.mark.slow
+def test_demo_runs(capsys):
+    assert main(["demo"]) == 0
+    text = capsys.readouterr().out
+    assert "flash_attention causal GQA" in text and "page_attention" in text and "done" in text

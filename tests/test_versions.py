@@ -1,0 +1,36 @@
+"""One shared version: every distribution, the extras' pins and the installed metadata agree."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import tomllib
+from pathlib import Path
+
+import ejkernel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(pkg: str) -> dict:
+    return tomllib.loads((ROOT / "packages" / pkg / "pyproject.toml").read_text())["project"]
+
+
+def test_versions_agree():
+    core, xla = load("ejkernel-core"), load("ejkernel-xla")
+    version = core["version"]
+    assert xla["version"] == version
+    assert f"ejkernel-core=={version}" in xla["dependencies"]
+    extras = core["optional-dependencies"]
+    assert extras["xla"] == [f"ejkernel-xla=={version}"]
+    assert f"ejkernel-xla=={version}" in extras["all"]
+    assert ejkernel.__version__ == version
+    assert importlib.metadata.version("ejkernel-xla") == version
+
+
+def test_every_extra_points_at_an_existing_distribution():
+    existing = {p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists()}
+    for extra, reqs in load("ejkernel-core")["optional-dependencies"].items():
+        for req in reqs:
+            name = req.split("==")[0].split(">=")[0].split("[")[0].strip()
+            if name.startswith("ejkernel"):
+                assert name in existing, f"extra {extra!r} points at {name}, which this repo does not build"
