@@ -73,7 +73,7 @@ def build(session: nox.Session) -> None:
 @nox.session(python="3.12")
 def packaging(session: nox.Session) -> None:
     """Build the wheels, install ``ejkernel-core[xla]`` from them into a fresh venv, call the API."""
-    session.install("pytest", "build")
+    session.install("pytest", "pytest-timeout", "build")
     session.run("pytest", "-m", "packaging", "-p", "no:cacheprovider", "tests/packaging", success_codes=PYTEST_OK)
 
 

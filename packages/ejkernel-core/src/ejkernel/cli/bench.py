@@ -177,18 +177,11 @@ def bench_attention(
         cot = jnp.asarray(rng.standard_normal((*q.shape[:3], shape.dv)), jdt)
         flops = _attention_flops(shape, lengths)
 
-        candidates: list[tuple[str, Callable[..., Any], Any]] = []
         args = C.bind(op, query=q, key=k, value=v, **opts)
-        dev = device_for_arrays([q])
-        for impl in kernel_registry.implementations(op):
-            if impls and impl.name not in impls:
-                continue
-            reason = kernel_registry.check(impl, args, dev)
-            if reason is not None:
-                if progress:
-                    progress(f"{impl.name}: declines {shape.label()}: {reason}")
-                continue
-            candidates.append((impl.name, functools.partial(_call_op, op_fn, impl.name, opts), None))
+        candidates: list[tuple[str, Callable[..., Any], Any]] = [
+            (name, functools.partial(_call_op, op_fn, name, opts), None)
+            for name in _accepting(op, args, q, impls, progress, shape.label())
+        ]
         if peers:
             peer_names = (["cudnn"] if on_gpu else []) + ["xla"]
             for name in peer_names:
@@ -238,6 +231,23 @@ def bench_attention(
             records.append(rec)
     _add_ratios(records, ("fwd_tflops", "fwdbwd_tflops"), "cudnn" if on_gpu else "xla")
     return records
+
+
+def _accepting(
+    op: str, args: Any, array: Any, impls: Sequence[str] | None, progress: Callable[[str], None] | None, label: str
+) -> list[str]:
+    """Names of the implementations of ``op`` that accept ``args`` here (declines reported)."""
+    dev = device_for_arrays([array])
+    names = []
+    for impl in kernel_registry.implementations(op):
+        if impls and impl.name not in impls:
+            continue
+        reason = kernel_registry.check(impl, args, dev)
+        if reason is None:
+            names.append(impl.name)
+        elif progress:
+            progress(f"{impl.name}: declines {label}: {reason}")
+    return names
 
 
 def _call_op(op_fn: Callable[..., Any], impl: str, opts: dict[str, Any], *arrays: Any) -> Any:
@@ -314,19 +324,11 @@ def bench_page_attention(
         itemsize = jdt.itemsize
         nbytes = 2 * shape.b * shape.context * shape.hk * shape.d * itemsize + 2 * q.nbytes
 
-        candidates: list[tuple[str, Callable[[], Any], Any]] = []
         args = C.bind("page_attention", query=q, key_cache=kc, value_cache=vc, context_lens=lens, block_tables=tables)
-        dev = device_for_arrays([q])
-        for impl in kernel_registry.implementations("page_attention"):
-            if impls and impl.name not in impls:
-                continue
-            reason = kernel_registry.check(impl, args, dev)
-            if reason is not None:
-                if progress:
-                    progress(f"{impl.name}: declines {shape.label()}: {reason}")
-                continue
-            f = jax.jit(functools.partial(_call_op, ejkernel.page_attention, impl.name, {}))
-            candidates.append((impl.name, functools.partial(f, q, kc, vc, lens, tables), None))
+        candidates: list[tuple[str, Callable[[], Any], Any]] = []
+        for name in _accepting("page_attention", args, q, impls, progress, shape.label()):
+            f = jax.jit(functools.partial(_call_op, ejkernel.page_attention, name, {}))
+            candidates.append((name, functools.partial(f, q, kc, vc, lens, tables), None))
         if peers:
             # The peers attend the same cache gathered to a dense [b, context, hk, d] layout
             # (the gather is outside the timed region for "dense decode").

@@ -14,20 +14,8 @@ from .._tiles import F32
 
 
 def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
-    b, sq, sk = args.batch, args.seq_q, args.seq_k
     # One tile spanning both sequences: the tile helpers then describe the whole problem.
-    ts = T.TileSpec(
-        block_q=sq,
-        block_k=sk,
-        seq_q=sq,
-        seq_k=sk,
-        num_heads=args.num_heads,
-        num_kv_heads=args.num_kv_heads,
-        scale=args.softmax_scale,
-        soft_cap=args.logits_soft_cap,
-        dropout_prob=args.dropout_prob,
-        interval=True,
-    )
+    ts = T.tile_spec(args, args.seq_q, args.seq_k)
     lo, hi = key_bounds(args)
     ops = T.prepare(
         ts,
@@ -54,7 +42,7 @@ def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
     if sinks is not None:
         denom = denom + jnp.exp(sinks - m[..., None]).sum(axis=-1)
     p = e / jnp.where(denom > 0, denom, 1.0)[..., None]
-    keep = T.keep_tile(ts, ops, b, 0, 0)
+    keep = T.keep_tile(ts, ops, args.batch, 0, 0)
     if keep is not None:
         p = jnp.where(keep, p / (1.0 - args.dropout_prob), 0.0)
     out = jnp.einsum("bhgqk,bhkd->bhgqd", p.astype(args.value.dtype), ops.v, preferred_element_type=F32)
