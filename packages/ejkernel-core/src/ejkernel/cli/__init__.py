@@ -184,8 +184,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 f"b{r['b']} h{r['h']}/{r['hk']} d{r['d']} ctx{r['context']} bs{r['block_size']}",
                 escape(r["impl"]),
                 B.fmt(r["ms"], 3),
-                B.fmt(r["gbps"], 0),
-                B.fmt(r["peak_gbps"], 0),
+                B.fmt(r["gbps"], 1),
+                B.fmt(r["peak_gbps"], 1),
                 B.fmt(r["fraction_of_peak"] and 100 * r["fraction_of_peak"], 1) + "%",
                 escape(r.get("check", "-")),
             )
