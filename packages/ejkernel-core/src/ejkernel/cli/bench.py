@@ -195,7 +195,9 @@ def bench_attention(
             kv_sl = (slice(0, 1), slice(None), slice(0, 1))
             ref_kw = dict(opts)
             ref32 = attention_reference(q[sl], k[kv_sl], v[kv_sl], **ref_kw)
-            ref_low = attention_reference(q[sl], k[kv_sl], v[kv_sl], **ref_kw, dtype=jdt).astype(jdt)
+            ref_low = attention_reference(
+                q[sl], k[kv_sl], v[kv_sl], **ref_kw, dtype=jdt, precision=C.LOW_PRECISION
+            ).astype(jdt)
 
         for name, fn, peer_lengths in candidates:
             if progress:
@@ -341,7 +343,9 @@ def bench_page_attention(
         if check:
             sl = slice(0, min(shape.b, 4))
             ref32 = page_attention_reference(q[sl], kc, vc, lens[sl], tables[sl])
-            ref_low = page_attention_reference(q[sl], kc, vc, lens[sl], tables[sl], dtype=jdt).astype(jdt)
+            ref_low = page_attention_reference(
+                q[sl], kc, vc, lens[sl], tables[sl], dtype=jdt, precision=C.LOW_PRECISION
+            ).astype(jdt)
         for name, fn, _ in candidates:
             if progress:
                 progress(f"{name}: {shape.label()}")

@@ -42,6 +42,7 @@ def _dense(
     q_offset: int,
     k_offset: int,
     dtype: Any,
+    precision: Any,
 ) -> jax.Array:
     b, sq, h, _ = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -49,7 +50,7 @@ def _dense(
     q, k, v = (x.astype(dtype) for x in (q, k, v))
     k = jnp.repeat(k, g, axis=2)  # query head j ↔ kv head j // g
     v = jnp.repeat(v, g, axis=2)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=HIGHEST) * jnp.asarray(scale, dtype)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=precision) * jnp.asarray(scale, dtype)
     if soft_cap is not None:
         s = soft_cap * jnp.tanh(s / soft_cap)
     if bias is not None:
@@ -79,7 +80,7 @@ def _dense(
         bh = jnp.arange(b)[:, None, None, None] * h + jnp.arange(h)[None, :, None, None]
         keep = dropout_keep_mask(dropout_seed, bh, q_offset + jnp.arange(sq)[:, None], k_offset + j, dropout_prob)
         p = jnp.where(keep, p / (1 - dropout_prob), 0)
-    return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=HIGHEST)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
 
 
 def attention_reference(
@@ -99,11 +100,13 @@ def attention_reference(
     cum_seqlens_k: Any = None,
     softmax_aux: Any = None,
     dtype: Any = jnp.float32,
+    precision: Any = HIGHEST,
 ) -> jax.Array:
     """The reference of ``flash_attention`` / ``scaled_dot_product_attention`` (same arguments).
 
-    ``dtype`` is the compute dtype (float32; pass the inputs' low-precision dtype to measure
-    how much error low precision alone makes). Returns ``dtype`` values.
+    ``dtype`` is the compute dtype and ``precision`` the matmul precision: float32 at HIGHEST by
+    default; pass the inputs' low-precision dtype (or ``precision=DEFAULT``, which is TF32 for
+    float32 on recent GPUs) to measure how much error low precision alone makes.
     """
     d = query.shape[-1]
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
@@ -127,6 +130,7 @@ def attention_reference(
         dropout_prob=dropout_prob,
         dropout_seed=seed,
         dtype=dtype,
+        precision=precision,
     )
     if cum_seqlens_q is None:
         return _dense(query, key, value, bias, pair, causal=causal, q_offset=0, k_offset=0, **common)
@@ -173,6 +177,7 @@ def page_attention_reference(
     sliding_window: int | tuple[int, int] | None = None,
     softmax_aux: Any = None,
     dtype: Any = jnp.float32,
+    precision: Any = HIGHEST,
 ) -> jax.Array:
     """The reference of ``page_attention``: gather each sequence's pages, then dense attention."""
     squeeze = query.ndim == 3
@@ -200,6 +205,7 @@ def page_attention_reference(
             logits_soft_cap=logits_soft_cap,
             softmax_aux=softmax_aux,
             dtype=dtype,
+            precision=precision,
         )
         outs.append(o[0, 0])
     out = jnp.stack(outs)
