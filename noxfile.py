@@ -18,7 +18,7 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(str(ROOT / "pyproject.toml"))
-PURE_PACKAGES = ["packages/ejkernel-core", "packages/ejkernel-xla"]
+PURE_PACKAGES = ["packages/ejkernel-core", "packages/ejkernel-xla", "packages/ejkernel-triton"]
 # The versions the GPU machine runs (tests) and the oldest supported ones (compat).
 JAX_CURRENT = ["jax==0.11.2", "jaxlib==0.11.2"]
 JAX_OLDEST = ["jax==0.10.2", "jaxlib==0.10.2"]
@@ -34,6 +34,8 @@ def _install(session: nox.Session, jax_pins: list[str]) -> None:
         "packages/ejkernel-core[plot]",
         "-e",
         "packages/ejkernel-xla",
+        "-e",
+        "packages/ejkernel-triton",
     )
 
 
@@ -75,6 +77,28 @@ def packaging(session: nox.Session) -> None:
     """Build the wheels, install ``ejkernel-core[xla]`` from them into a fresh venv, call the API."""
     session.install("pytest", "pytest-timeout", "build")
     session.run("pytest", "-m", "packaging", "-p", "no:cacheprovider", "tests/packaging", success_codes=PYTEST_OK)
+
+
+@nox.session(python="3.11")
+def triton_interpret(session: nox.Session) -> None:
+    """The Triton kernels and their host wrappers on the CPU, in Triton's interpreter.
+
+    Needs a CPU build of PyTorch (the interpreter takes torch tensors): ``torch==2.13.0`` as this
+    workplace's machines carry it for Python 3.11. NumPy stays below 2.3, whose stricter scalar
+    conversion the Triton 3.6 interpreter trips over.
+    """
+    session.install(*JAX_OLDEST, "torch==2.13.0", "numpy<2.3", "pytest", "-e", "packages/ejkernel-core")
+    session.install("--no-deps", "-e", "packages/ejkernel-xla", "-e", "packages/ejkernel-triton", "triton==3.6.0")
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-W",
+        "ignore::DeprecationWarning:triton.runtime.interpreter",
+        "packages/ejkernel-triton/tests",
+        env={"TRITON_INTERPRET": "1"},
+    )
 
 
 @nox.session(python="3.12")

@@ -16,15 +16,17 @@ def load(pkg: str) -> dict:
 
 
 def test_versions_agree():
-    core, xla = load("ejkernel-core"), load("ejkernel-xla")
+    core = load("ejkernel-core")
     version = core["version"]
-    assert xla["version"] == version
-    assert f"ejkernel-core=={version}" in xla["dependencies"]
     extras = core["optional-dependencies"]
-    assert extras["xla"] == [f"ejkernel-xla=={version}"]
-    assert f"ejkernel-xla=={version}" in extras["all"]
+    for backend, extra in (("ejkernel-xla", "xla"), ("ejkernel-triton", "triton")):
+        meta = load(backend)
+        assert meta["version"] == version, backend
+        assert f"ejkernel-core=={version}" in meta["dependencies"], backend
+        assert extras[extra] == [f"{backend}=={version}"]
+        assert f"{backend}=={version}" in extras["all"]
+        assert importlib.metadata.version(backend) == version
     assert ejkernel.__version__ == version
-    assert importlib.metadata.version("ejkernel-xla") == version
 
 
 def test_every_extra_points_at_an_existing_distribution():

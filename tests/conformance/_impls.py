@@ -24,6 +24,15 @@ EXTRA_CONFIGS: dict[tuple[str, str], list[tuple[str, Any]]] = {
             ),
         )
     ],
+    ("flash_attention", "triton"): [
+        (
+            "tiles32x32-bwd16x32",
+            ejkernel.FlashAttentionConfig(
+                fwd_params=ejkernel.FwdParams(q_blocksize=32, kv_blocksize=32, num_warps=4, num_stages=2),
+                bwd_params=ejkernel.BwdParams(q_blocksize=16, kv_blocksize=32, num_warps=4, num_stages=2),
+            ),
+        )
+    ],
     ("page_attention", "xla"): [
         ("step8tokens", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=8)))
     ],

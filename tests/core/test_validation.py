@@ -209,9 +209,10 @@ def test_softmax_scale_array_is_rejected(op, qkv):
         op(*qkv, softmax_scale=jnp.asarray(0.25))
 
 
-def test_softmax_scale_zero(qkv):
-    with pytest.raises(ValueError, match=r"softmax_scale must be nonzero"):
-        ejkernel.flash_attention(*qkv, softmax_scale=0.0)
+@pytest.mark.parametrize("scale", [0.0, -0.5])
+def test_softmax_scale_must_be_positive(qkv, scale):
+    with pytest.raises(ValueError, match=r"softmax_scale must be > 0"):
+        ejkernel.flash_attention(*qkv, softmax_scale=scale)
 
 
 def test_causal_must_be_bool(qkv):

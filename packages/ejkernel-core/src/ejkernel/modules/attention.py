@@ -211,11 +211,9 @@ def bind_attention(op: str, p: dict[str, Any]) -> AttentionArgs:
 
     causal = V.static_bool(op, "causal", p.get("causal", False))
     window = canonical_window(p.get("sliding_window"))
-    scale = V.static_float(op, "softmax_scale", p.get("softmax_scale"), positive=False)
+    scale = V.static_float(op, "softmax_scale", p.get("softmax_scale"))
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif scale == 0:
-        raise ValueError(f"{op}: softmax_scale must be nonzero")
     soft_cap = V.static_float(op, "logits_soft_cap", p.get("logits_soft_cap"))
 
     dropout_prob = V.static_float(op, "dropout_prob", p.get("dropout_prob", 0.0), positive=False, allow_none=False)

@@ -170,11 +170,9 @@ class PageAttention(Kernel):
                     raise ValueError(
                         f"{op}: block_tables[{r}, {c}] = {int(bt[r, c])} is outside the cache's {nb} blocks"
                     )
-        scale = V.static_float(op, "softmax_scale", p.get("softmax_scale"), positive=False)
+        scale = V.static_float(op, "softmax_scale", p.get("softmax_scale"))
         if scale is None:
             scale = 1.0 / math.sqrt(d)
-        elif scale == 0:
-            raise ValueError(f"{op}: softmax_scale must be nonzero")
         return PageAttentionArgs(
             query=q,
             key_cache=kc,

@@ -77,6 +77,8 @@ class KernelImpl:
     - :meth:`run`, which computes the op from the op's bound arguments and a complete config.
 
     ``version`` enters cache keys: bump it when a change makes tuned configs stale.
+    ``device_requirement`` words the device a non-``ANY`` implementation needs, for the decline
+    reason on other devices (default: "a GPU device", "a TPU device", ...).
     """
 
     algorithm: str = ""
@@ -86,6 +88,7 @@ class KernelImpl:
     name: str = ""
     plugin: str = _DIRECT
     version: str = "1"
+    device_requirement: str | None = None
 
     def decline(self, args: Any, device: DeviceInfo) -> str | None:
         """Why this implementation cannot run ``args`` on ``device``, or ``None`` if it can."""
@@ -432,7 +435,8 @@ class KernelRegistry:
         if impl.plugin != _DIRECT and not policy.backend_allowed(impl.plugin):
             return f"backend plugin {impl.plugin!r} is disabled by the policy (EJKERNEL_BACKENDS)"
         if impl.backend is not Backend.ANY and impl.backend.value != device.platform:
-            return f"needs a {impl.backend.value.upper()} device; this call runs on {device.platform} ({device.kind})"
+            need = impl.device_requirement or f"a {impl.backend.value.upper()} device"
+            return f"needs {need}; this call runs on {device.platform} ({device.kind})"
         try:
             return impl.decline(args, device)
         except Exception as e:  # a buggy decline must not hide the other implementations

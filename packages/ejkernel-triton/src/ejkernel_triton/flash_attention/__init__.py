@@ -1,0 +1,3 @@
+from .impl import TritonFlashAttention
+
+__all__ = ["TritonFlashAttention"]

@@ -1,0 +1,398 @@
+"""Host side of the Triton flash attention: strides, grids, schedules, custom VJP and VMAP.
+
+``flash_attention(args, fwd, bwd)`` is differentiable (``jax.custom_vjp``; the bias gradient is
+computed only when the bias is differentiated) and batchable (``jax.custom_batching.custom_vmap``
+folds a vmapped axis into the batch, or maps sequentially when it cannot).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ejkernel.modules.attention import AttentionArgs, dropout_threshold, key_bounds
+from ejkernel.ops import BwdParams, FwdParams
+
+from .._launch import launch
+from ._bwd import flash_dkdv_kernel, flash_dq_kernel
+from ._fwd import flash_fwd_kernel
+
+F32 = jnp.float32
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Everything static about a call: shapes, options and launch parameters (hashable)."""
+
+    batch: int
+    seq_q: int
+    seq_k: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    dtype: str
+    causal: bool
+    window: tuple[int, int] | None
+    varlen: bool
+    has_bias: bool
+    bias_shape: tuple[int, ...] | None
+    has_segments: bool
+    soft_cap: float | None
+    num_sinks: int
+    dropout_prob: float
+    scale: float
+    fwd: tuple[int, int, int, int]  # block_m, block_n, warps, stages
+    bwd: tuple[int, int, int, int]  # block_m (dK/dV query block, dQ key block), block_n, warps, stages
+
+    @property
+    def groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    def flags(self) -> dict[str, Any]:
+        return dict(
+            HEAD_DIM=self.head_dim,
+            HEAD_DIM_PAD=_pow2(self.head_dim),
+            HEAD_DIM_V=self.head_dim_v,
+            HEAD_DIM_V_PAD=_pow2(self.head_dim_v),
+            IS_CAUSAL=self.causal,
+            HAS_WINDOW=self.window is not None,
+            IS_VARLEN=self.varlen,
+            HAS_BIAS=self.has_bias,
+            HAS_SEGMENTS=self.has_segments,
+            HAS_SOFTCAP=self.soft_cap is not None,
+            HAS_DROPOUT=self.dropout_prob > 0,
+            # float32 inputs: three TF32 products per dot ("tf32x3") keep float32 accuracy on the
+            # tensor cores; plain TF32 would lose the precision float32 was chosen for, and "ieee"
+            # (scalar FMAs) is slow to run and 3-4x slower to compile.
+            DOT_PRECISION="tf32x3" if self.dtype == "float32" else "tf32",
+        )
+
+    def scalars(self) -> list[Any]:
+        left, right = self.window or (0, 0)
+        keep = 1.0 - self.dropout_prob
+        return [
+            np.float32(self.scale),
+            np.float32(self.soft_cap or 1.0),
+            np.float32(1.0 / keep),
+            dropout_threshold(self.dropout_prob) if self.dropout_prob > 0 else 0,
+            int(left),
+            int(right),
+        ]
+
+
+def make_spec(a: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> Spec:
+    return Spec(
+        batch=a.batch,
+        seq_q=a.seq_q,
+        seq_k=a.seq_k,
+        num_heads=a.num_heads,
+        num_kv_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        head_dim_v=a.value_head_dim,
+        dtype=jnp.dtype(a.dtype).name,
+        causal=a.causal,
+        window=a.sliding_window,
+        varlen=a.is_varlen,
+        has_bias=a.bias is not None,
+        bias_shape=None if a.bias is None else tuple(int(d) for d in a.bias.shape),
+        has_segments=a.has_segments,
+        soft_cap=a.logits_soft_cap,
+        num_sinks=0 if a.softmax_aux is None else int(a.softmax_aux.shape[1]),
+        dropout_prob=a.dropout_prob,
+        scale=a.softmax_scale,
+        fwd=(fwd.q_blocksize, fwd.kv_blocksize, fwd.num_warps, fwd.num_stages),  # type: ignore[arg-type]
+        bwd=(bwd.q_blocksize, bwd.kv_blocksize, bwd.num_warps, bwd.num_stages),  # type: ignore[arg-type]
+    )
+
+
+def _dense_strides(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= int(n)
+    return strides[::-1]
+
+
+def _bias_strides(shape: tuple[int, ...] | None) -> list[int]:
+    """Strides of the canonical 4-D bias, 0 along broadcast (size-1) dims."""
+    if shape is None:
+        return [0, 0, 0, 0]
+    return [0 if n == 1 else s for n, s in zip(shape, _dense_strides(shape), strict=True)]
+
+
+def _strides(spec: Spec, out_name: str) -> dict[str, int]:
+    """Compile-time strides (elements) of Q, K, V, the output-like tensor, bias and segment ids."""
+    b, sq, sk, h, hk = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads, spec.num_kv_heads
+    named = {
+        "q": _dense_strides((b, sq, h, spec.head_dim))[:3],
+        "k": _dense_strides((b, sk, hk, spec.head_dim))[:3],
+        "v": _dense_strides((b, sk, hk, spec.head_dim_v))[:3],
+        out_name: _dense_strides((b, sq, h, spec.head_dim_v))[:3],
+    }
+    out = {f"stride_{n}{axis}": st for n, sts in named.items() for axis, st in zip("bsh", sts, strict=True)}
+    out.update(zip(("stride_bb", "stride_bh", "stride_bq", "stride_bk"), _bias_strides(spec.bias_shape), strict=True))
+    out.update(stride_qseg=sq, stride_kseg=sk)
+    return out
+
+
+def _dummy(dtype: Any = jnp.int32) -> jax.Array:
+    return jnp.zeros((1,), dtype)
+
+
+def _common_inputs(spec: Spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed) -> list[Any]:
+    return [
+        q,
+        k,
+        v,
+        bias if bias is not None else _dummy(F32),
+        q_seg if q_seg is not None else _dummy(),
+        kv_seg if kv_seg is not None else _dummy(),
+        row_lo if spec.varlen else _dummy(),
+        row_hi if spec.varlen else _dummy(),
+    ]
+
+
+def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed) -> tuple[jax.Array, jax.Array]:
+    """Output ``[b, sq, h, dv]`` and log-sum-exp ``[b, h, sq]`` (float32, -inf for empty rows)."""
+    b, sq, sk, h = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads
+    block_m, block_n, warps, stages = spec.fwd
+    args = [
+        *_common_inputs(spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed),
+        aux.astype(F32) if aux is not None else _dummy(F32),
+        seed.reshape(1) if seed is not None else _dummy(jnp.uint32),
+        *spec.scalars(),
+        sq,
+        sk,
+        h,
+        spec.groups,
+    ]
+    out, lse = launch(
+        flash_fwd_kernel,
+        *args,
+        out_shape=[jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), q.dtype), jax.ShapeDtypeStruct((b, h, sq), F32)],
+        grid=(_cdiv(sq, block_m), b * h),
+        num_warps=warps,
+        num_stages=stages,
+        name="ejkernel_flash_fwd",
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        NUM_SINKS=spec.num_sinks,
+        **_strides(spec, "o"),
+        **spec.flags(),
+    )
+    return out, lse
+
+
+def _q_block_ranges(row_lo: jax.Array, row_hi: jax.Array, seq_k: int, block_n: int) -> jax.Array:
+    """Varlen schedule for dK/dV: per key block, the query rows ``[first, last + 1)`` attending it."""
+    starts = jnp.arange(0, seq_k, block_n, dtype=jnp.int32)
+    ends = jnp.minimum(starts + block_n, seq_k)
+    attends = (row_hi[None, :] > starts[:, None]) & (row_lo[None, :] < ends[:, None]) & (row_hi > row_lo)[None, :]
+    any_row = attends.any(axis=1)
+    first = jnp.argmax(attends, axis=1).astype(jnp.int32)
+    last = (row_lo.shape[0] - 1 - jnp.argmax(attends[:, ::-1], axis=1)).astype(jnp.int32)
+    return jnp.stack([jnp.where(any_row, first, 0), jnp.where(any_row, last + 1, 0)], axis=1).reshape(-1)
+
+
+def backward(
+    spec: Spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed, out, lse, dout, write_dbias: bool
+) -> tuple[Any, ...]:
+    """``dq``, ``dk``, ``dv`` and, with ``write_dbias``, ``dS`` ``[b, h, sq, sk]`` (float32)."""
+    b, sq, sk, h, hk = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads, spec.num_kv_heads
+    block_m, block_n, warps, stages = spec.bwd
+    delta = jnp.einsum("bqhd,bqhd->bhq", dout.astype(F32), out.astype(F32))  # D = rowsum(dO ∘ O)
+    lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)  # empty rows: exp(s - lse) = 0
+    common = _common_inputs(spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed)
+    seed_arg = seed.reshape(1) if seed is not None else _dummy(jnp.uint32)
+    flags = {**spec.flags(), **_strides(spec, "do")}
+    q_range = _q_block_ranges(row_lo, row_hi, sk, block_n) if spec.varlen else _dummy()
+    dk, dv = launch(
+        flash_dkdv_kernel,
+        *common,
+        q_range,
+        seed_arg,
+        dout,
+        lse_b,
+        delta,
+        *spec.scalars(),
+        sq,
+        sk,
+        h,
+        hk,
+        spec.groups,
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        grid=(_cdiv(sk, block_n), b * hk),
+        num_warps=warps,
+        num_stages=stages,
+        name="ejkernel_flash_dkdv",
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        **flags,
+    )
+    dbias_shape = (b, h, sq, sk) if write_dbias else (1,)
+    dq, ds = launch(
+        flash_dq_kernel,
+        *common,
+        seed_arg,
+        dout,
+        lse_b,
+        delta,
+        *spec.scalars(),
+        sq,
+        sk,
+        h,
+        spec.groups,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(dbias_shape, F32)],
+        grid=(_cdiv(sq, block_n), b * h),
+        num_warps=warps,
+        num_stages=stages,
+        zeroed_outputs=(1,) if write_dbias else (),
+        name="ejkernel_flash_dq",
+        BLOCK_M=block_n,  # dQ swaps the tile roles: many query rows, few keys per step
+        BLOCK_N=block_m,
+        WRITE_DBIAS=write_dbias,
+        **flags,
+    )
+    return dq, dk, dv, (ds if write_dbias else None)
+
+
+# -- differentiation and batching -------------------------------------------------------------
+#
+# The kernels are wrapped, each in a jax.custom_batching.custom_vmap, as functions of a dict of
+# the arrays present; every result they return has the batch axis first. A vmapped axis folds
+# into that batch when every mapped argument is per-example (not varlen); otherwise the rule maps
+# sequentially. Reductions over examples (bias broadcast, sinks) happen outside, in plain JAX.
+
+_PER_EXAMPLE = frozenset({"q", "k", "v", "bias", "q_seg", "kv_seg", "out", "lse", "dout"})
+
+
+def _vmap_rule(spec: Spec, make, axis_size: int, in_batched, arrays: dict[str, Any]):
+    batched = in_batched[0]
+    if spec.varlen or any(bt and n not in _PER_EXAMPLE for n, bt in batched.items()):
+        mapped = {n: x if batched[n] else jnp.broadcast_to(x, (axis_size, *x.shape)) for n, x in arrays.items()}
+        outs = jax.lax.map(make(spec), mapped)
+        return outs, jax.tree.map(lambda _: True, outs)
+    folded = {}
+    for n, x in arrays.items():
+        if n not in _PER_EXAMPLE or (n == "bias" and not batched[n] and x.shape[0] == 1):
+            folded[n] = x  # shared by every example (a batch-broadcast bias stays broadcast)
+            continue
+        if not batched[n]:
+            x = jnp.broadcast_to(x, (axis_size, *x.shape))
+        if n == "bias" and x.shape[1] == 1 and spec.batch > 1:
+            x = jnp.broadcast_to(x, (axis_size, spec.batch, *x.shape[2:]))
+        folded[n] = x.reshape(axis_size * x.shape[1], *x.shape[2:])
+    inner = dataclasses.replace(
+        spec,
+        batch=spec.batch * axis_size,
+        bias_shape=None if "bias" not in folded else tuple(int(d) for d in folded["bias"].shape),
+    )
+    outs = make(inner)(folded)
+    outs = jax.tree.map(lambda o: o.reshape(axis_size, o.shape[0] // axis_size, *o.shape[1:]), outs)
+    return outs, jax.tree.map(lambda _: True, outs)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_fn(spec: Spec):
+    @jax.custom_batching.custom_vmap
+    def fwd(arrays: dict[str, Any]):
+        get = arrays.get
+        return forward(
+            spec, get("q"), get("k"), get("v"), get("bias"), get("aux"), get("q_seg"), get("kv_seg"),
+            get("row_lo"), get("row_hi"), get("seed"),
+        )  # fmt: skip
+
+    fwd.def_vmap(functools.partial(_vmap_rule, spec, _forward_fn))
+    return fwd
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_fn(spec: Spec, write_dbias: bool):
+    @jax.custom_batching.custom_vmap
+    def bwd(arrays: dict[str, Any]):
+        get = arrays.get
+        return backward(
+            spec, get("q"), get("k"), get("v"), get("bias"), get("q_seg"), get("kv_seg"), get("row_lo"),
+            get("row_hi"), get("seed"), get("out"), get("lse"), get("dout"), write_dbias,
+        )  # fmt: skip
+
+    bwd.def_vmap(functools.partial(_vmap_rule, spec, lambda s: _backward_fn(s, write_dbias)))
+    return bwd
+
+
+def _present(**arrays: Any) -> dict[str, Any]:
+    return {n: x for n, x in arrays.items() if x is not None}
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed):
+    arrays = _present(
+        q=q, k=k, v=v, bias=bias, aux=aux, q_seg=q_seg, kv_seg=kv_seg, row_lo=row_lo, row_hi=row_hi, seed=seed
+    )
+    return _forward_fn(spec)(arrays)[0]
+
+
+def _attention_fwd(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed):
+    names = ("q", "k", "v", "bias", "aux", "q_seg", "kv_seg", "row_lo", "row_hi", "seed")
+    primals = (q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
+    # symbolic_zeros: each argument comes wrapped with .value and .perturbed (absent ones are None).
+    vals = dict(zip(names, (getattr(x, "value", x) for x in primals), strict=True))
+    out, lse = _forward_fn(spec)(_present(**vals))
+    bias_grad = vals["bias"] is not None and bool(getattr(bias, "perturbed", True))
+    return out, (vals, out, lse, bias_grad)
+
+
+def _attention_bwd(spec: Spec, res, dout):
+    vals, out, lse, bias_grad = res
+    arrays = _present(**{n: x for n, x in vals.items() if n != "aux"}, out=out, lse=lse, dout=dout)
+    dq, dk, dv, ds = _backward_fn(spec, bias_grad)(arrays)
+    dbias = daux = None
+    if bias_grad:
+        bias = vals["bias"]
+        axes = tuple(i for i, n in enumerate(bias.shape) if n == 1 and ds.shape[i] != 1)
+        dbias = (ds.sum(axis=axes, keepdims=True) if axes else ds).astype(bias.dtype)
+    aux = vals["aux"]
+    if aux is not None:
+        # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse) and D = rowsum(dO ∘ O).
+        delta = jnp.einsum("bqhd,bqhd->bhq", dout.astype(F32), out.astype(F32))
+        lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)
+        p_sink = jnp.exp(aux.astype(F32)[None, :, None, :] - lse_b[..., None])  # [b, h, sq, n]
+        daux = -(p_sink * delta[..., None]).sum(axis=(0, 2)).astype(aux.dtype)
+    return dq, dk, dv, dbias, daux, None, None, None, None, None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd, symbolic_zeros=True)
+
+
+def flash_attention(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> jax.Array:
+    spec = make_spec(args, fwd, bwd)
+    row_lo = row_hi = None
+    if spec.varlen:
+        row_lo, row_hi = key_bounds(args)
+    return _attention(
+        spec,
+        args.query,
+        args.key,
+        args.value,
+        args.bias,
+        args.softmax_aux,
+        args.q_segment_ids,
+        args.kv_segment_ids,
+        row_lo,
+        row_hi,
+        args.dropout_seed,
+    )

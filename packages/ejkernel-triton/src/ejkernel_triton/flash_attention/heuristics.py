@@ -1,0 +1,149 @@
+"""Tile and launch parameters: heuristics and the autotuning space (pure functions, no GPU needed).
+
+``fwd`` parameters: ``q_blocksize`` = BLOCK_M (query rows per program), ``kv_blocksize`` =
+BLOCK_N (keys per inner step). ``bwd`` parameters describe the dK/dV kernel: ``q_blocksize``
+query rows per step, ``kv_blocksize`` keys per program; the dQ kernel swaps the roles (as in the
+Triton tutorial's BLOCK_M1/N1 vs BLOCK_M2/N2).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ejkernel.ops import BwdParams, FwdParams
+
+# Shared memory a block may use (bytes), by compute capability (CUDA programming guide).
+_SMEM = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912}
+_SMEM_DEFAULT = 101376  # sm86/sm89 and unknown parts
+
+
+def smem_limit(cc: tuple[int, int] | None) -> int:
+    return _SMEM.get(cc or (0, 0), _SMEM_DEFAULT)
+
+
+def _pad(d: int) -> int:
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def _copies(itemsize: int) -> int:
+    # float32 dots run as "tf32x3": the resident tile is kept twice (high and low parts).
+    return 2 if itemsize == 4 else 1
+
+
+def fwd_smem(p: FwdParams, d: int, dv: int, itemsize: int) -> int:
+    """Shared memory of the forward kernel: ``num_stages`` K/V tiles and the resident Q tile.
+
+    Matches what Triton 3.6 allocates for sm_90 (measured with ``compile_launch``).
+    """
+    assert p.q_blocksize and p.kv_blocksize and p.num_stages
+    streamed = p.num_stages * p.kv_blocksize * (_pad(d) + _pad(dv))
+    return (streamed + _copies(itemsize) * p.q_blocksize * _pad(d)) * itemsize
+
+
+def bwd_smem(p: BwdParams, d: int, dv: int, itemsize: int) -> int:
+    """Shared memory of the backward kernels (dK/dV and dQ need the same): ``num_stages``
+    streamed Q/dO tiles, resident K/V, and 1 KiB for the row statistics."""
+    assert p.q_blocksize and p.kv_blocksize and p.num_stages
+    width = _pad(d) + _pad(dv)
+    streamed = p.num_stages * p.q_blocksize * width
+    resident = _copies(itemsize) * p.kv_blocksize * width
+    return (streamed + resident) * itemsize + 1024
+
+
+def _fit_fwd(p: FwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> FwdParams:
+    """Shrink ``p`` until it fits in shared memory: fewer stages (down to 2), then a smaller
+    query tile, then a single stage."""
+    while fwd_smem(p, d, dv, itemsize) > smem_limit(cc):
+        if p.num_stages > 2:
+            p = FwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, p.num_stages - 1)
+        elif p.q_blocksize > 32:
+            p = FwdParams(p.q_blocksize // 2, p.kv_blocksize, 4, p.num_stages)
+        elif p.num_stages > 1:
+            p = FwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, 1)
+        else:
+            p = FwdParams(p.q_blocksize, max(16, p.kv_blocksize // 2), p.num_warps, 1)
+    return p
+
+
+def _fit_bwd(p: BwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> BwdParams:
+    while bwd_smem(p, d, dv, itemsize) > smem_limit(cc):
+        if p.num_stages > 2:
+            p = BwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, p.num_stages - 1)
+        elif p.kv_blocksize > 32:
+            p = BwdParams(p.q_blocksize, p.kv_blocksize // 2, 4, p.num_stages)
+        elif p.num_stages > 1:
+            p = BwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, 1)
+        else:
+            p = BwdParams(max(16, p.q_blocksize // 2), p.kv_blocksize, p.num_warps, 1)
+    return p
+
+
+def heuristic_fwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None, seq_k: int) -> FwdParams:
+    dmax = max(d, dv)
+    if dmax <= 64:
+        # Small heads: arithmetic intensity is low, so a wide key step (BLOCK_N=64) and 4 warps
+        # keep the tensor cores fed with few registers per thread.
+        p = FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=4, num_stages=3)
+    elif dmax <= 128:
+        # The common case. On Hopper two warpgroups (8 warps) share a 128-row Q tile, which is
+        # what wgmma wants; Ampere prefers 4 warps at this size.
+        warps = 8 if cc is not None and cc >= (9, 0) else 4
+        p = FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=warps, num_stages=3)
+    else:
+        # 192/256-wide heads: the Q tile and the accumulator dominate registers; halve BLOCK_M
+        # and keep two stages so K/V tiles still fit in shared memory.
+        p = FwdParams(q_blocksize=64, kv_blocksize=64, num_warps=4, num_stages=2)
+    p = _fit_fwd(p, d, dv, itemsize, cc)
+    if seq_k <= 32:  # tiny key sets: a 64-wide step would be mostly padding
+        p = FwdParams(p.q_blocksize, 32, p.num_warps, p.num_stages)
+    return p
+
+
+def heuristic_bwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> BwdParams:
+    dmax = max(d, dv)
+    if dmax <= 64:
+        # The tutorial's sizes for d<=64: 128 resident keys, 32-row query steps.
+        p = BwdParams(q_blocksize=32, kv_blocksize=128, num_warps=4, num_stages=3)
+    elif dmax <= 128:
+        # K, V and two fp32 accumulators of 64 keys fit in registers with 8 warps on Hopper.
+        warps = 8 if cc is not None and cc >= (9, 0) else 4
+        p = BwdParams(q_blocksize=64, kv_blocksize=64, num_warps=warps, num_stages=2)
+    else:
+        p = BwdParams(q_blocksize=32, kv_blocksize=32, num_warps=4, num_stages=2)
+    return _fit_bwd(p, d, dv, itemsize, cc)
+
+
+def fwd_candidates(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> list[FwdParams]:
+    out = []
+    for bm, bn, warps, stages in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4, 5)):
+        p = FwdParams(bm, bn, warps, stages)
+        if warps == 8 and bm * bn < 128 * 64:  # 8 warps on a small tile starve each warp
+            continue
+        if fwd_smem(p, d, dv, itemsize) > smem_limit(cc):
+            continue
+        out.append(p)
+    return out
+
+
+def bwd_candidates(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> list[BwdParams]:
+    out = []
+    for bm, bn, warps, stages in itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (1, 2, 3)):
+        p = BwdParams(bm, bn, warps, stages)
+        if warps == 8 and bm * bn < 64 * 64:
+            continue
+        if bwd_smem(p, d, dv, itemsize) > smem_limit(cc):
+            continue
+        out.append(p)
+    return out
+
+
+def check_params(name: str, p: FwdParams | BwdParams) -> None:
+    """Raise ``ValueError`` unless the tile sizes suit the kernels (powers of two, >= 16)."""
+    for field in ("q_blocksize", "kv_blocksize"):
+        n = getattr(p, field)
+        if n is None or n < 16 or n & (n - 1):
+            raise ValueError(f"triton flash_attention: {name}.{field} must be a power of two >= 16, got {n}")
+    if p.num_warps is None or p.num_stages is None:
+        raise ValueError(f"triton flash_attention: {name} needs num_warps and num_stages")
+    if p.num_warps > 16:
+        raise ValueError(f"triton flash_attention: {name}.num_warps must be at most 16, got {p.num_warps}")

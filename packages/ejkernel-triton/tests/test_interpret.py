@@ -1,0 +1,95 @@
+"""The Triton kernels, with their host wrappers, in Triton's interpreter on the CPU.
+
+Run by ``nox -s triton_interpret`` (``TRITON_INTERPRET=1``, PyTorch CPU tensors). On a GPU the
+same kernels run through the shared conformance suite; here they are checked without one, on the
+same cases, with small 16x16 tiles so every kernel visits several blocks and all three loop
+stages. The interpreter's ``tl.dot`` is wrong on bfloat16 operands (NumPy has no bfloat16), so the
+low-precision cases run in float16 here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ejkernel.modules import FlashAttentionConfig
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams
+from ejkernel.testing import attention_reference
+from ejkernel.testing import conformance as C
+
+if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated in interpreter mode
+    raise RuntimeError("run with TRITON_INTERPRET=1 (nox -s triton_interpret)")
+
+from ejkernel_triton._launch import interpreted
+from ejkernel_triton.flash_attention import TritonFlashAttention
+
+GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))
+CONFIGS = {
+    "16x16-bwd16x32": FlashAttentionConfig(
+        fwd_params=FwdParams(16, 16, 4, 1),
+        bwd_params=BwdParams(q_blocksize=16, kv_blocksize=32, num_warps=4, num_stages=1),
+    ),
+    "32x16-bwd32x16": FlashAttentionConfig(
+        fwd_params=FwdParams(32, 16, 4, 1),
+        bwd_params=BwdParams(q_blocksize=32, kv_blocksize=16, num_warps=4, num_stages=1),
+    ),
+}
+CASES = [c.with_dtype("float16") if c.dtype == "bfloat16" else c for c in C.FLASH_ATTENTION_CASES]
+IMPL = TritonFlashAttention()
+
+
+def kernel_fn(cfg):
+    def fn(**kw):
+        args = C.bind("flash_attention", **kw)
+        reason = IMPL.decline(args, GPU)
+        if reason is not None and "not installed" not in reason:  # jax-triton is not needed here
+            raise NotImplementedError(reason)
+        return IMPL.run(args, cfg)
+
+    return fn
+
+
+@pytest.fixture(autouse=True)
+def _interpreted():
+    with interpreted():
+        yield
+
+
+@pytest.mark.parametrize("cfg_id", list(CONFIGS))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_conformance(case, cfg_id):
+    fn = kernel_fn(CONFIGS[cfg_id])
+    if case.pairwise:  # declined by design: the reason is the documented one
+        with pytest.raises(NotImplementedError, match="pairwise attention masks are not supported"):
+            fn(**C.make_attention_inputs(case))
+        return
+    C.check_attention(fn, case)
+
+
+def test_vmap_folds_into_the_batch_and_maps_otherwise():
+    fn = kernel_fn(CONFIGS["16x16-bwd16x32"])
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.standard_normal((3, 2, 40, 4, 32)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((3, 2, 40, 2, 32)), jnp.float32) for _ in range(2))
+    bias = jnp.asarray(rng.standard_normal((1, 4, 40, 40)), jnp.float32)
+    aux = jnp.asarray(rng.standard_normal((3, 4)), jnp.float32)
+
+    def ours(q, k, v, b):
+        return jnp.sum(fn(query=q, key=k, value=v, bias=b, causal=True) ** 2)
+
+    def ref(q, k, v, b):
+        return jnp.sum(attention_reference(q, k, v, b, causal=True) ** 2)
+
+    grads = jax.vmap(jax.grad(ours, argnums=(0, 3)), in_axes=(0, 0, 0, None))(q, k, v, bias)
+    expect = jax.vmap(jax.grad(ref, argnums=(0, 3)), in_axes=(0, 0, 0, None))(q, k, v, bias)
+    for g, e in zip(grads, expect, strict=True):  # a shared bias gets one gradient per example
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=1e-4, rtol=1e-4)
+
+    # Per-example sinks cannot fold into the batch: the rule maps over the axis instead.
+    out = jax.vmap(lambda q, k, v, a: fn(query=q, key=k, value=v, softmax_aux=a))(q, k, v, aux)
+    want = jax.vmap(lambda q, k, v, a: attention_reference(q, k, v, softmax_aux=a))(q, k, v, aux)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
