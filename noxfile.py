@@ -25,7 +25,10 @@ JAX_OLDEST = ["jax==0.10.2", "jaxlib==0.10.2"]
 PYTEST_OK = [0, 5]
 
 
-def _install(session: nox.Session, jax_pins: list[str]) -> None:
+CUDA_PACKAGE = "packages/ejkernel-cuda"
+
+
+def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -> None:
     session.install("-U", "pip")
     session.install(
         *jax_pins,
@@ -37,6 +40,17 @@ def _install(session: nox.Session, jax_pins: list[str]) -> None:
         "-e",
         "packages/ejkernel-triton",
     )
+    if cuda:
+        # Compiles the CUDA extension with nvcc (no GPU needed): CI checks that it builds.
+        session.install(*jax_pins, "--no-deps", CUDA_PACKAGE, env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()})
+
+
+def _cuda_archs() -> str:
+    return os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real;90a-real;90-virtual")
+
+
+# Each backend package keeps its own tests next to it; CI runs them with the shared suite.
+PACKAGE_TESTS = ["packages/ejkernel-cuda/tests"]
 
 
 def _workers() -> str:
@@ -46,8 +60,9 @@ def _workers() -> str:
 @nox.session(python="3.12")
 def tests(session: nox.Session) -> None:
     """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices)."""
-    _install(session, JAX_CURRENT)
-    session.run("pytest", "-n", _workers(), "--durations=15", *session.posargs, success_codes=PYTEST_OK)
+    _install(session, JAX_CURRENT, cuda=True)
+    paths = session.posargs or ["tests", *PACKAGE_TESTS]
+    session.run("pytest", "-n", _workers(), "--durations=15", *paths, success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.11")
@@ -70,6 +85,15 @@ def build(session: nox.Session) -> None:
     session.install("build")
     for pkg in PURE_PACKAGES:
         session.run("python", "-m", "build", "--outdir", "dist", pkg)
+
+
+@nox.session(python="3.12")
+def build_cuda(session: nox.Session) -> None:
+    """The ejkernel-cuda wheel into dist/ (nvcc on PATH; EJKERNEL_CUDA_ARCHS picks the GPUs)."""
+    session.install("build")
+    session.run(
+        "python", "-m", "build", "--wheel", "--outdir", "dist", CUDA_PACKAGE, env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()}
+    )
 
 
 @nox.session(python="3.12")

@@ -24,6 +24,10 @@ from ejkernel.testing import attention_reference
 from ejkernel_triton.flash_attention import heuristics as H
 
 
+def _pick(cands: list, idx: str | None) -> list:
+    return cands if not idx else [cands[int(i)] for i in idx.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--b", type=int, default=2)
@@ -36,6 +40,8 @@ def main() -> None:
     ap.add_argument("--causal", default="both", choices=("no", "yes", "both"))
     ap.add_argument("--max-fwd", type=int, default=64)
     ap.add_argument("--max-bwd", type=int, default=64)
+    ap.add_argument("--fwd-idx", help="comma-separated indices into the forward candidates (default: all)")
+    ap.add_argument("--bwd-idx", help="comma-separated indices into the backward candidates (default: all)")
     ap.add_argument("--out", default="sweep.json")
     a = ap.parse_args()
     hk = a.hk or a.h
@@ -67,7 +73,7 @@ def main() -> None:
             )
 
         best_f = (None, float("inf"))
-        for p in H.fwd_candidates(a.d, a.d, dt.itemsize, cc)[: a.max_fwd]:
+        for p in _pick(H.fwd_candidates(a.d, a.d, dt.itemsize, cc), a.fwd_idx)[: a.max_fwd]:
             cfg = FlashAttentionConfig(fwd_params=p, bwd_params=heur_b)
             t0 = time.perf_counter()
             try:
@@ -87,7 +93,7 @@ def main() -> None:
             if ms < best_f[1]:
                 best_f = (p, ms)
         fwd_best = best_f[0] or heur_f
-        for p in H.bwd_candidates(a.d, a.d, dt.itemsize, cc)[: a.max_bwd]:
+        for p in _pick(H.bwd_candidates(a.d, a.d, dt.itemsize, cc), a.bwd_idx)[: a.max_bwd]:
             cfg = FlashAttentionConfig(fwd_params=fwd_best, bwd_params=p)
             t0 = time.perf_counter()
             try:

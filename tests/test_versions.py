@@ -19,13 +19,19 @@ def test_versions_agree():
     core = load("ejkernel-core")
     version = core["version"]
     extras = core["optional-dependencies"]
-    for backend, extra in (("ejkernel-xla", "xla"), ("ejkernel-triton", "triton")):
+    for backend, extra in (("ejkernel-xla", "xla"), ("ejkernel-triton", "triton"), ("ejkernel-cuda", "cuda")):
         meta = load(backend)
         assert meta["version"] == version, backend
         assert f"ejkernel-core=={version}" in meta["dependencies"], backend
         assert extras[extra] == [f"{backend}=={version}"]
         assert f"{backend}=={version}" in extras["all"]
-        assert importlib.metadata.version(backend) == version
+        try:
+            installed = importlib.metadata.version(backend)
+        except importlib.metadata.PackageNotFoundError:
+            # Only the compiled CUDA backend may be absent (the compat session skips its build).
+            assert backend == "ejkernel-cuda", f"{backend} is not installed"
+            continue
+        assert installed == version, backend
     assert ejkernel.__version__ == version
 
 

@@ -36,6 +36,11 @@ EXTRA_CONFIGS: dict[tuple[str, str], list[tuple[str, Any]]] = {
     ("page_attention", "xla"): [
         ("step8tokens", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=8)))
     ],
+    # 32-token partitions: every case with a context above 32 goes through the split-K merge.
+    ("page_attention", "cuda"): [
+        ("partition32", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=32))),
+        ("splits3", ejkernel.PageAttentionConfig(num_splits=3)),
+    ],
 }
 
 

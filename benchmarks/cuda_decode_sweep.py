@@ -1,0 +1,62 @@
+"""Partition (split-K) sweep of the CUDA paged decode on one shape, next to the heuristic's pick.
+
+    python benchmarks/cuda_decode_sweep.py --b 32 --h 32 --hk 8 --d 128 --context 8192 --out sweep.json
+
+Prints GB/s (K and V pages read + q + out) per partition length; every sequence at full context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax.numpy as jnp
+import numpy as np
+
+import ejkernel
+from ejkernel.cli.bench import _timed, measure_copy_gbps
+from ejkernel.ops import device_for_arrays
+from ejkernel.testing import conformance as C
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    for name, default in (("b", 32), ("h", 32), ("hk", 8), ("d", 128), ("context", 8192), ("block_size", 16)):
+        ap.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    dt = jnp.dtype(a.dtype)
+    pages = -(-a.context // a.block_size)
+    nb = a.b * pages
+    kc = jnp.asarray(rng.standard_normal((nb, a.block_size, a.hk, a.d)), dt)
+    vc = jnp.asarray(rng.standard_normal((nb, a.block_size, a.hk, a.d)), dt)
+    q = jnp.asarray(rng.standard_normal((a.b, a.h, a.d)), dt)
+    tables = jnp.asarray(rng.permutation(nb).reshape(a.b, pages), jnp.int32)
+    lens = jnp.full((a.b,), a.context, jnp.int32)
+    nbytes = 2 * a.b * a.context * a.hk * a.d * dt.itemsize + 2 * q.nbytes
+    peak = measure_copy_gbps(min(2 * kc.nbytes, 2**31), a.repeats)
+    impl = ejkernel.kernel_registry.get("page_attention", platform="cuda")
+    args = C.bind("page_attention", query=q, key_cache=kc, value_cache=vc, context_lens=lens, block_tables=tables)
+    heur = impl.heuristic_cfg(args, device_for_arrays([q]))
+    print(f"copy peak {peak:.0f} GB/s; heuristic {heur.fwd_params.kv_blocksize}", flush=True)
+    records = []
+    for cfg in impl.candidate_cfgs(args, device_for_arrays([q])):
+
+        def f(q, kc, vc, cfg=cfg):
+            return ejkernel.page_attention(q, kc, vc, lens, tables, platform="cuda", cfg=cfg)
+
+        ms = _timed(f, (q, kc, vc), a.repeats)  # device time: 10 calls inside one program
+        gbps = nbytes / (ms * 1e-3) / 1e9
+        p = cfg.fwd_params.kv_blocksize
+        records.append({"partition": p, "ms": ms, "gbps": gbps, "fraction_of_peak": gbps / peak, "peak_gbps": peak})
+        print(f"partition {p:5d}: {ms:.4f} ms {gbps:7.0f} GB/s ({gbps / peak:.1%} of copy)", flush=True)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump({"args": vars(a), "heuristic": heur.fwd_params.kv_blocksize, "records": records}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

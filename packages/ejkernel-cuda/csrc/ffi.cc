@@ -1,0 +1,178 @@
+// XLA FFI handlers of ejkernel-cuda and the Python module that hands them to JAX.
+//
+// JAX registers each handler with jax.ffi.register_ffi_target(name, capsule, platform="CUDA") and
+// calls it with jax.ffi.ffi_call; XLA passes the device buffers, the attributes and the CUDA
+// stream of the computation. Launch errors come back to JAX as FFI errors, not crashes.
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "paged_decode.cuh"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+namespace ek = ejkernel_cuda;
+
+namespace {
+
+ffi::Error invalid(const std::string& msg) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, "ejkernel_cuda paged_decode: " + msg);
+}
+
+bool to_dtype(ffi::DataType t, ek::DType* out) {
+  switch (t) {
+    case ffi::DataType::F32:
+      *out = ek::DType::kF32;
+      return true;
+    case ffi::DataType::BF16:
+      *out = ek::DType::kBF16;
+      return true;
+    case ffi::DataType::F16:
+      *out = ek::DType::kF16;
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string dims_str(ffi::AnyBuffer::Dimensions dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k_cache, ffi::AnyBuffer v_cache,
+                           ffi::Buffer<ffi::S32> context_lens, ffi::Buffer<ffi::S32> block_tables,
+                           ffi::Buffer<ffi::F32> sinks, ffi::Result<ffi::AnyBuffer> out,
+                           ffi::Result<ffi::Buffer<ffi::F32>> part_out, ffi::Result<ffi::Buffer<ffi::F32>> part_lse,
+                           float scale, float soft_cap, int32_t window_left, int32_t partition, int32_t num_sinks) {
+  const auto qd = q.dimensions(), kd = k_cache.dimensions(), vd = v_cache.dimensions();
+  if (qd.size() != 3 || kd.size() != 4 || vd.size() != 4)
+    return invalid("query must be [batch, heads, head_dim] and caches [num_blocks, block_size, kv_heads, head_dim], got " +
+                   dims_str(qd) + ", " + dims_str(kd) + ", " + dims_str(vd));
+  ek::DecodeParams p{};
+  p.batch = static_cast<int>(qd[0]);
+  p.heads = static_cast<int>(qd[1]);
+  p.head_dim = static_cast<int>(qd[2]);
+  p.block_size = static_cast<int>(kd[1]);
+  p.kv_heads = static_cast<int>(kd[2]);
+  for (int i = 0; i < 4; ++i) {
+    if (vd[i] != kd[i]) return invalid("key_cache " + dims_str(kd) + " and value_cache " + dims_str(vd) + " differ");
+  }
+  if (kd[3] != p.head_dim) return invalid("query " + dims_str(qd) + " and key_cache " + dims_str(kd) + " head dims differ");
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return invalid("head_dim must be 64, 128 or 256, got " + std::to_string(p.head_dim));
+  if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0)
+    return invalid("heads (" + std::to_string(p.heads) + ") must be a multiple of kv_heads (" + std::to_string(p.kv_heads) + ")");
+  p.groups = p.heads / p.kv_heads;
+  const auto td = block_tables.dimensions();
+  if (td.size() != 2 || td[0] != p.batch || context_lens.dimensions().size() != 1 || context_lens.dimensions()[0] != p.batch)
+    return invalid("context_lens must be [batch] and block_tables [batch, max_blocks] for batch " + std::to_string(p.batch));
+  p.max_blocks = static_cast<int>(td[1]);
+  p.block_size_log2 = -1;
+  if (p.block_size > 0 && (p.block_size & (p.block_size - 1)) == 0) {
+    p.block_size_log2 = 0;
+    while ((1 << p.block_size_log2) < p.block_size) ++p.block_size_log2;
+  }
+  const auto od = part_out->dimensions();
+  if (od.size() != 4 || od[0] != p.batch || od[1] != p.heads || od[3] != p.head_dim)
+    return invalid("partial output buffer has the wrong shape " + dims_str(od));
+  p.num_splits = static_cast<int>(od[2]);
+  p.partition = partition;
+  p.num_sinks = num_sinks;
+  if (partition <= 0 || p.num_splits <= 0) return invalid("partition and num_splits must be positive");
+  if (num_sinks > 0 && (sinks.dimensions().size() != 2 || sinks.dimensions()[0] != p.heads || sinks.dimensions()[1] != num_sinks))
+    return invalid("sinks must be [heads, num_sinks]");
+  ek::DType cache_dtype;
+  if (!to_dtype(q.element_type(), &p.q_dtype) || !to_dtype(out->element_type(), &p.out_dtype) ||
+      !to_dtype(k_cache.element_type(), &cache_dtype) || k_cache.element_type() != v_cache.element_type())
+    return invalid("query, caches and output must be float32, bfloat16 or float16 (caches of one dtype)");
+  size_t smem = ek::split_smem_bytes(p.groups, p.head_dim, p.partition, p.block_size);
+  if (smem > 200 * 1024) return invalid("partition " + std::to_string(partition) + " needs too much shared memory");
+
+  p.q = q.untyped_data();
+  p.k_cache = k_cache.untyped_data();
+  p.v_cache = v_cache.untyped_data();
+  p.context_lens = context_lens.typed_data();
+  p.block_tables = block_tables.typed_data();
+  p.sinks = sinks.typed_data();
+  p.part_out = part_out->typed_data();
+  p.part_lse = part_lse->typed_data();
+  p.out = out->untyped_data();
+  p.scale = scale;
+  p.soft_cap = soft_cap;
+  p.window_left = window_left;
+
+  cudaError_t err;
+  switch (cache_dtype) {
+    case ek::DType::kBF16:
+      err = ek::launch_paged_decode<__nv_bfloat16>(p, stream);
+      break;
+    case ek::DType::kF16:
+      err = ek::launch_paged_decode<__half>(p, stream);
+      break;
+    default:
+      err = ek::launch_paged_decode<float>(p, stream);
+  }
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kInternal, std::string("ejkernel_cuda paged_decode launch failed: ") + cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelPagedDecode, PagedDecodeImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()              // query
+                                  .Arg<ffi::AnyBuffer>()              // key_cache
+                                  .Arg<ffi::AnyBuffer>()              // value_cache
+                                  .Arg<ffi::Buffer<ffi::S32>>()       // context_lens
+                                  .Arg<ffi::Buffer<ffi::S32>>()       // block_tables
+                                  .Arg<ffi::Buffer<ffi::F32>>()       // sinks
+                                  .Ret<ffi::AnyBuffer>()              // output
+                                  .Ret<ffi::Buffer<ffi::F32>>()       // partial outputs (scratch)
+                                  .Ret<ffi::Buffer<ffi::F32>>()       // partial log-sum-exps (scratch)
+                                  .Attr<float>("scale")
+                                  .Attr<float>("soft_cap")
+                                  .Attr<int32_t>("window_left")
+                                  .Attr<int32_t>("partition")
+                                  .Attr<int32_t>("num_sinks"));
+
+namespace {
+
+pybind11::capsule capsule(void* fn) { return pybind11::capsule(fn); }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ext, m) {
+  m.doc() = "ejkernel-cuda: CUDA kernels as XLA FFI handlers";
+  m.def("registrations", []() {
+    pybind11::dict d;
+    d["ejkernel_cuda_paged_decode"] = capsule(reinterpret_cast<void*>(EjkernelPagedDecode));
+    return d;
+  }, "FFI target name -> handler capsule, for jax.ffi.register_ffi_target(..., platform='CUDA').");
+  m.def("cuda_device_count", &cuda_device_count, "CUDA devices visible to this process (0 without a driver).");
+  m.def("sm_count", &sm_count, "Streaming multiprocessors of the current CUDA device (0 without one).");
+  m.attr("cuda_runtime_version") = CUDART_VERSION;
+}

@@ -1,0 +1,3 @@
+from .impl import CudaPageAttention
+
+__all__ = ["CudaPageAttention"]

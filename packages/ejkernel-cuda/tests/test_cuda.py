@@ -1,0 +1,168 @@
+"""ejkernel-cuda: the extension, registration and declines (any machine), and the paged decode
+against the reference on long, ragged, GQA contexts (NVIDIA GPU only).
+
+The shared ``page_attention`` conformance cases (tests/conformance) run this implementation too.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ejkernel
+from ejkernel.errors import UnsupportedError
+from ejkernel.ops import DeviceInfo, kernel_registry
+from ejkernel.testing import conformance as C
+from ejkernel_cuda import _ffi
+from ejkernel_cuda.page_attention import CudaPageAttention
+from ejkernel_cuda.page_attention import heuristics as H
+
+ON_GPU = jax.default_backend() == "gpu"
+H200 = DeviceInfo(platform="gpu", kind="NVIDIA H200", compute_capability=(9, 0))
+
+
+def _bind(**kw):
+    return C.bind("page_attention", **kw)
+
+
+def test_registered_through_the_entry_point():
+    impl = kernel_registry.get("page_attention", platform="cuda")
+    assert isinstance(impl, CudaPageAttention)
+    assert impl.plugin == "cuda"
+    names = [i.name for i in kernel_registry.implementations("page_attention")]
+    assert names.index("cuda") < names.index("xla")  # the CUDA kernel is preferred where it runs
+
+
+def test_extension_is_built_and_exports_the_ffi_target():
+    """CI builds the extension with nvcc: it must import and carry the handler."""
+    ext = importlib.import_module("ejkernel_cuda._ext")
+    regs = ext.registrations()
+    assert set(regs) == {"ejkernel_cuda_paged_decode"}
+    assert type(regs["ejkernel_cuda_paged_decode"]).__name__ == "PyCapsule"
+    assert ext.cuda_runtime_version >= 12000
+    assert ext.cuda_device_count() == (len(jax.devices("gpu")) if ON_GPU else 0)
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the CPU-only decline")
+def test_declines_without_a_gpu():
+    case = C.PageAttentionCase("x", context_lens=(5, 9))
+    kw = C.make_page_inputs(case)
+    with pytest.raises(UnsupportedError, match="needs an NVIDIA GPU"):
+        ejkernel.page_attention(**kw, platform="cuda")
+    # auto falls back to XLA
+    out = ejkernel.page_attention(**kw)
+    assert out.shape == kw["query"].shape
+
+
+def test_missing_extension_declines_with_the_reason(monkeypatch):
+    real = importlib.import_module
+
+    def fake(name, *a, **k):
+        if name == "ejkernel_cuda._ext":
+            raise ImportError("simulated: no compiled extension")
+        return real(name, *a, **k)
+
+    _ffi._load.cache_clear()
+    monkeypatch.setattr(importlib, "import_module", fake)
+    try:
+        args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(5,))))
+        reason = CudaPageAttention().decline(args, H200)
+        assert reason is not None and "extension is not built" in reason and "simulated" in reason
+    finally:
+        monkeypatch.undo()
+        _ffi._load.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"d": 80}, "supports head dims"),
+        ({"dv": 32}, "value_cache head_dim"),
+    ],
+)
+def test_unsupported_shapes_decline(change, reason, monkeypatch):
+    monkeypatch.setattr(_ffi, "availability", lambda: None)
+    case = C.PageAttentionCase("x", context_lens=(5, 9), **change)
+    assert reason in CudaPageAttention().decline(_bind(**C.make_page_inputs(case)), H200)
+
+
+def test_old_gpus_decline():
+    args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(5,))))
+    old = DeviceInfo(platform="gpu", kind="Tesla V100", compute_capability=(7, 0))
+    assert "compute capability >= 8.0" in CudaPageAttention().decline(args, old)
+
+
+def test_heuristic_partition_splits_long_contexts():
+    # The benchmark shape: b32 hk8 h32 d128 ctx8192 on 132 SMs -> 2048-token partitions,
+    # 4 splits, 1024 CTAs (>= 6 per SM).
+    p = H.heuristic_partition(32, 8, 4, 128, 8192, 16, 132)
+    assert p == 2048
+    assert 32 * 8 * H.num_splits(8192, p) >= H.CTAS_PER_SM * 132
+    # A big batch needs no split beyond the largest partition; a short context one partition.
+    assert H.heuristic_partition(256, 8, 4, 128, 32768, 16, 132) == 2048
+    assert H.heuristic_partition(1, 1, 1, 64, 40, 16, 132) == 64
+    # Shared memory stays within the default carve-out for every tile.
+    for groups in (1, 3, 4, 8, 16):
+        for d in H.HEAD_DIMS:
+            p = H.heuristic_partition(1, 1, groups, d, 65536, 16, 132)
+            assert H.smem_bytes(groups, d, p, 16) <= H.HEURISTIC_SMEM
+
+
+def test_candidates_and_explicit_splits():
+    args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(300, 17), block_size=16)))
+    cands = CudaPageAttention().candidate_cfgs(args, H200)
+    parts = [c.fwd_params.kv_blocksize for c in cands]
+    assert parts == sorted(set(parts)) and parts[0] == 128 and parts[-1] == 320  # capped at the context
+    cfg = ejkernel.PageAttentionConfig(num_splits=3)
+    assert CudaPageAttention._partition(cfg, args) == 102  # ceil(19 pages * 16 / 3)
+    with pytest.raises(ValueError, match="kv_blocksize"):
+        CudaPageAttention._partition(ejkernel.PageAttentionConfig(), args)
+
+
+# ------------------------------------------------------------------------------------ GPU only
+
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs an NVIDIA GPU")
+
+_LONG = [
+    # ragged lengths around the page size up to 32k, GQA ratios 1/4/8, head dims 64/128/256
+    C.PageAttentionCase("long-mha-d128", context_lens=(1, 7, 16, 17, 4099, 32768), h=8, hk=8, d=128, dtype="bfloat16"),
+    C.PageAttentionCase("long-gqa4-d64", context_lens=(32768, 1, 15, 8191), h=16, hk=4, d=64, dtype="bfloat16"),
+    C.PageAttentionCase("long-gqa8-d256", context_lens=(17, 20000, 16), h=16, hk=2, d=256, dtype="float16"),
+    C.PageAttentionCase("gqa16-window", context_lens=(5000, 3, 700), h=16, hk=1, d=128, window=1000, dtype="bfloat16"),
+    C.PageAttentionCase(
+        "gqa3-sinks-softcap", context_lens=(2049, 0, 33), h=6, hk=2, d=128, sinks=2, soft_cap=10.0, dtype="bfloat16"
+    ),
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _LONG, ids=lambda c: c.name)
+@pytest.mark.parametrize("partition", [None, 64, 2048])
+def test_long_ragged_contexts(case, partition):
+    cfg = (
+        None
+        if partition is None
+        else ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=partition))
+    )
+    C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=1)
+
+
+@gpu
+@pytest.mark.gpu
+def test_runs_the_ffi_kernel_under_jit_and_vmap():
+    case = C.PageAttentionCase("x", context_lens=(100, 3), h=8, hk=2, d=128, dtype="bfloat16")
+    kw = C.make_page_inputs(case)
+    f = jax.jit(
+        lambda q: ejkernel.page_attention(
+            q, kw["key_cache"], kw["value_cache"], kw["context_lens"], kw["block_tables"], platform="cuda"
+        )
+    )
+    hlo = f.lower(kw["query"]).as_text()
+    assert "ejkernel_cuda_paged_decode" in hlo  # the custom call, not an XLA fallback
+    batched = jax.vmap(f)(jnp.stack([kw["query"], -kw["query"]]))
+    np.testing.assert_allclose(np.asarray(batched[0], np.float32), np.asarray(f(kw["query"]), np.float32))

@@ -1,0 +1,48 @@
+"""Autotuning on an NVIDIA GPU: the Triton flash_attention tunes once, stores the config in the
+persistent cache, and a second process reuses it without tuning (the tuning time is printed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+_CODE = textwrap.dedent(
+    """
+    import sys, time, numpy as np, jax, jax.numpy as jnp, ejkernel
+    from ejkernel.ops import record_dispatches
+    b, s, h, d = 2, 4096, 16, 128
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.bfloat16) for _ in range(3))
+    f = jax.jit(lambda q, k, v: ejkernel.flash_attention(q, k, v, causal=True, platform="triton"))
+    t = time.perf_counter()
+    with record_dispatches() as log:
+        f(q, k, v).block_until_ready()
+    print(log[0].tier.value, round(time.perf_counter() - t, 2), log[0].config.to_dict())
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwdbwd"])
+def test_triton_autotune_persists_across_processes(tmp_path, mode):
+    env = dict(os.environ, EJKERNEL_CACHE_DIR=str(tmp_path), EJKERNEL_AUTOTUNE="1", EJKERNEL_AUTOTUNE_MODE=mode)
+    first = subprocess.run([sys.executable, "-c", _CODE], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([sys.executable, "-c", _CODE], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    tier1, secs1 = first.stdout.split()[:2]
+    tier2, secs2 = second.stdout.split()[:2]
+    assert (tier1, tier2) == ("autotune", "persistent")
+    entries = json.loads((tmp_path / "configs-v1.json").read_text())["entries"]
+    (rec,) = entries.values()
+    assert rec["impl"] == "triton" and rec["mode"] == mode and rec["candidates"] > 1
+    print(
+        f"\n[autotune {mode}] first process {secs1} s (tuning {rec['tuning_seconds']:.1f} s over "
+        f"{rec['candidates']} candidates), second process {secs2} s; chosen {rec['config']} ({rec['time_ms']:.3f} ms)"
+    )
