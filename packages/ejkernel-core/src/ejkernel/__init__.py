@@ -17,11 +17,16 @@ from .modules import (
     FlashAttentionConfig,
     PageAttention,
     PageAttentionConfig,
+    RingAttention,
+    RingAttentionConfig,
     ScaledDotProductAttention,
     ScaledDotProductAttentionConfig,
     flash_attention,
     page_attention,
+    ring_attention,
     scaled_dot_product_attention,
+    zigzag_permute,
+    zigzag_unpermute,
 )
 from .ops import BwdParams, FwdParams, Policy, policy
 from .ops.registry import Backend, BackendInfo, Platform, kernel_registry
@@ -52,6 +57,8 @@ __all__ = [
     "PageAttentionConfig",
     "Platform",
     "Policy",
+    "RingAttention",
+    "RingAttentionConfig",
     "ScaledDotProductAttention",
     "ScaledDotProductAttentionConfig",
     "UnsupportedError",
@@ -64,6 +71,9 @@ __all__ = [
     "ops",
     "page_attention",
     "policy",
+    "ring_attention",
     "scaled_dot_product_attention",
     "types",
+    "zigzag_permute",
+    "zigzag_unpermute",
 ]

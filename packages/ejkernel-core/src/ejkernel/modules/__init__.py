@@ -9,6 +9,14 @@ from ..ops.executor import Executor, create_default_executor
 from .attention import AttentionArgs, DenseAttentionOp, dropout_keep_mask, key_bounds
 from .flash_attention import FlashAttention, FlashAttentionConfig, flash_attention
 from .page_attention import PageAttention, PageAttentionArgs, PageAttentionConfig, page_attention
+from .ring_attention import (
+    RingAttention,
+    RingAttentionArgs,
+    RingAttentionConfig,
+    ring_attention,
+    zigzag_permute,
+    zigzag_unpermute,
+)
 from .scaled_dot_product_attention import (
     ScaledDotProductAttention,
     ScaledDotProductAttentionConfig,
@@ -24,6 +32,9 @@ __all__ = [
     "PageAttention",
     "PageAttentionArgs",
     "PageAttentionConfig",
+    "RingAttention",
+    "RingAttentionArgs",
+    "RingAttentionConfig",
     "ScaledDotProductAttention",
     "ScaledDotProductAttentionConfig",
     "create_default_executor",
@@ -31,5 +42,8 @@ __all__ = [
     "flash_attention",
     "key_bounds",
     "page_attention",
+    "ring_attention",
     "scaled_dot_product_attention",
+    "zigzag_permute",
+    "zigzag_unpermute",
 ]

@@ -17,12 +17,17 @@ Canonical forms:
   pairwise ``attention_mask`` ``[batch or 1, num_heads or 1, seq_q, seq_k]``; its patterns are
   merged into ``causal``/``sliding_window``.
 - GQA/MQA: query head ``j`` uses key/value head ``j // (num_heads // num_kv_heads)``.
+- ``position_offset`` (set only by ring attention, per ring step; never by ``bind``): an int32
+  scalar, possibly traced, replacing ``off = seq_k - seq_q`` above: query ``i`` sits at key
+  position ``i + position_offset`` for ``causal`` and ``sliding_window``. ``None`` keeps the
+  bottom-right alignment. Implementations that cannot honour it decline calls that set it.
 - Dropout drops attention probabilities (after the softmax, sinks included in its denominator)
   with the keep mask of :func:`dropout_keep_mask`, a counter-based hash of the seed and the
   global (batch, head, query, key) indices: independent of tiling, so every backend and the
   reference draw the same mask.
 
-Backends use :func:`key_bounds` and :func:`dropout_keep_mask` to reproduce these semantics.
+Backends use :func:`key_bounds` and :func:`dropout_keep_mask` to reproduce these semantics, and
+:func:`vary_like` for loop carries that must run inside ``shard_map(check_vma=True)``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from ..ops.kernel import Kernel, args_record, array_field, describe_array
 from ..types.mask_info import MaskInfo, canonical_window
 from . import _validate as V
 
-__all__ = ["AttentionArgs", "DenseAttentionOp", "bind_attention", "dropout_keep_mask", "key_bounds"]
+__all__ = ["AttentionArgs", "DenseAttentionOp", "bind_attention", "dropout_keep_mask", "key_bounds", "vary_like"]
 
 
 @args_record
@@ -57,6 +62,7 @@ class AttentionArgs:
     cum_seqlens_k: Any = array_field(None)
     softmax_aux: Any = array_field(None)
     dropout_seed: Any = array_field(None)
+    position_offset: Any = array_field(None)
     causal: bool = False
     softmax_scale: float = 1.0
     sliding_window: tuple[int, int] | None = None
@@ -273,15 +279,18 @@ def bind_attention(op: str, p: dict[str, Any]) -> AttentionArgs:
 def key_bounds(args: AttentionArgs) -> tuple[jax.Array, jax.Array]:
     """Per query row, the half-open range ``[lo, hi)`` of key indices it may attend.
 
-    Combines causal, sliding window and varlen (segment ids and pairwise masks apply on top,
-    elementwise). Rows outside every varlen sequence get an empty range. Returns two int32
-    ``[seq_q]`` arrays; works under ``jit``.
+    Combines causal, sliding window, ``position_offset`` and varlen (segment ids and pairwise
+    masks apply on top, elementwise). Rows outside every varlen sequence get an empty range.
+    Returns two int32 ``[seq_q]`` arrays; works under ``jit``.
     """
     sq, sk = args.seq_q, args.seq_k
     i = jnp.arange(sq, dtype=jnp.int32)
     left, right = args.sliding_window if args.sliding_window is not None else (None, None)
+    if args.position_offset is not None and args.cum_seqlens_q is not None:
+        raise ValueError("position_offset cannot be combined with cum_seqlens (varlen)")
     if args.cum_seqlens_q is None:
-        pos = i + (sk - sq)
+        off = sk - sq if args.position_offset is None else jnp.asarray(args.position_offset, jnp.int32)
+        pos = i + off
         k_start = jnp.zeros_like(i)
         len_k = jnp.full_like(i, sk)
         valid = jnp.ones_like(i, dtype=bool)
@@ -307,6 +316,30 @@ def key_bounds(args: AttentionArgs) -> tuple[jax.Array, jax.Array]:
     lo = jnp.where(valid, lo, 0)
     hi = jnp.where(valid, hi, 0)
     return lo, hi
+
+
+def _varying_axes(x: Any) -> frozenset:
+    mat = getattr(jax.typeof(x), "mat", None)
+    return frozenset(getattr(mat, "varying", ()))
+
+
+def vary_like(tree: Any, *refs: Any) -> Any:
+    """``tree`` marked as varying over every manual mesh axis that any of ``refs`` varies over.
+
+    Inside ``shard_map(check_vma=True)`` a loop carry must keep its type: an initial value built
+    from constants (``jnp.zeros``) does not vary over the mesh axes while the values computed
+    from sharded inputs do. Elsewhere (outside ``shard_map``, ``check_vma=False``) it returns
+    ``tree`` unchanged.
+    """
+    want = frozenset().union(*(_varying_axes(r) for r in jax.tree.leaves(refs)))
+    if not want:
+        return tree
+
+    def cast(x: Any) -> Any:
+        missing = tuple(sorted(want - _varying_axes(x), key=str))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree.map(cast, tree)
 
 
 _GOLDEN = 0x9E3779B9
@@ -366,6 +399,8 @@ class DenseAttentionOp(Kernel):
             f"softcap={'y' if a.logits_soft_cap else 'n'}",
             f"dropout={'y' if a.dropout_prob > 0 else 'n'}",
         ]
+        if a.position_offset is not None:
+            parts.append("offset=y")
         return " ".join(parts)
 
     def differentiable_fields(self, args: AttentionArgs) -> tuple[str, ...]:
@@ -406,6 +441,7 @@ class DenseAttentionOp(Kernel):
             cum_seqlens_k=keep_or(a.cum_seqlens_k, lambda: cu(sk)),
             softmax_aux=normal(a.softmax_aux),
             dropout_seed=None if a.dropout_seed is None else jnp.asarray(1234, jnp.uint32),
+            position_offset=keep_or(a.position_offset, lambda: jnp.asarray(0, jnp.int32)),
         )
 
     # -- shard_map ----------------------------------------------------------------------------
@@ -465,6 +501,8 @@ class DenseAttentionOp(Kernel):
             specs["softmax_aux"] = P(qh, None)
         if a.dropout_seed is not None:
             specs["dropout_seed"] = P()
+        if a.position_offset is not None:
+            specs["position_offset"] = P()
         return specs
 
     def default_out_spec(self, a: AttentionArgs, specs: dict[str, Any]) -> Any:

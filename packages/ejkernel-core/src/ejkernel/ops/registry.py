@@ -79,6 +79,11 @@ class KernelImpl:
     ``version`` enters cache keys: bump it when a change makes tuned configs stale.
     ``device_requirement`` words the device a non-``ANY`` implementation needs, for the decline
     reason on other devices (default: "a GPU device", "a TPU device", ...).
+
+    **The log-sum-exp protocol** (optional; dense attention, i.e. ``flash_attention``): an
+    implementation that sets ``supports_lse = True`` and implements :meth:`forward_lse` and
+    :meth:`backward_lse` can serve as the per-block kernel of ``ring_attention``, which combines
+    the blocks' partial results itself (see those methods for the exact contract).
     """
 
     algorithm: str = ""
@@ -89,6 +94,7 @@ class KernelImpl:
     plugin: str = _DIRECT
     version: str = "1"
     device_requirement: str | None = None
+    supports_lse: bool = False
 
     def decline(self, args: Any, device: DeviceInfo) -> str | None:
         """Why this implementation cannot run ``args`` on ``device``, or ``None`` if it can."""
@@ -106,6 +112,43 @@ class KernelImpl:
 
     def run(self, args: Any, cfg: OpConfig) -> Any:
         raise NotImplementedError
+
+    def forward_lse(self, args: Any, cfg: OpConfig) -> tuple[Any, Any]:
+        """The forward of one attention call, with its log-sum-exp (when ``supports_lse``).
+
+        Args:
+            args: an ``AttentionArgs`` this implementation accepted (``decline`` returned
+                ``None`` for it). Callers of the protocol pass no ``softmax_aux``, no dropout and
+                no ``cum_seqlens``; ``position_offset`` may be set (a traced int32 scalar):
+                an implementation that cannot honour it must decline such ``args``.
+            cfg: a complete config of the op (e.g. ``FlashAttentionConfig``), as for :meth:`run`.
+
+        Returns:
+            ``(out, lse)``: ``out [batch, seq_q, num_heads, value_head_dim]`` in float32 or the
+            query's dtype, normalized within this call; ``lse`` float32
+            ``[batch, num_heads, seq_q]``, the natural log of each row's softmax denominator
+            ``log Σ_j exp(s_ij)`` over the logits ``s`` exactly as the op computes them (scaled,
+            soft-capped, biased); ``-inf`` (and ``out = 0``) for a row that sees no key. It is
+            not differentiated: the caller differentiates through :meth:`backward_lse`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")
+
+    def backward_lse(self, args: Any, cfg: OpConfig, out: Any, lse: Any, dout: Any) -> tuple[Any, Any, Any, Any]:
+        """Gradients of one attention call given the *global* output and log-sum-exp (FA2 style).
+
+        The call is one block of a larger softmax (e.g. one ring step): ``out`` ``[batch, seq_q,
+        num_heads, value_head_dim]`` and ``lse`` (float32 ``[batch, num_heads, seq_q]``, ``-inf``
+        for rows that see no key anywhere) are those of the whole softmax the block is part of,
+        and ``dout`` is the cotangent of that global ``out``. With ``P = exp(s - lse)`` and
+        ``D = rowsum(dout ∘ out)``: ``dv = Pᵀ dout``, ``dS = P ∘ (dout vᵀ - D)``, ``dq = dS k ·
+        scale``, ``dk = dSᵀ q · scale`` (through the soft cap's derivative where set).
+
+        Returns:
+            ``(dq, dk, dv, dbias)``: this block's contributions, shaped like ``query``, ``key``,
+            ``value`` and ``bias`` (its broadcast shape, summed over broadcast dims), in float32
+            or the inputs' dtype; ``dbias`` is ``None`` when ``args.bias`` is ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the op through this implementation only: ``impl(q, k, v, causal=True)``."""

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ejkernel.modules.attention import AttentionArgs, key_bounds
+from ejkernel.modules.attention import AttentionArgs, key_bounds, vary_like
 
 from .. import _tiles as T
 from .._tiles import F32, TileSpec
@@ -48,6 +48,37 @@ def flash_attention(args: AttentionArgs, fwd_blocks: tuple[int, int], bwd_blocks
     )
 
 
+def forward_with_lse(args: AttentionArgs, blocks: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
+    """The lse protocol's forward (``KernelImpl.forward_lse``): float32 output ``[b, sq, h, dv]``
+    and log-sum-exp ``[b, h, sq]`` (-inf for rows that see no key), no custom VJP."""
+    lo, hi = key_bounds(args)
+    ts = T.tile_spec(args, *blocks)
+    out, lse = _forward(ts, *_operands(args), lo, hi, *_mask_operands(args), out_dtype=F32)
+    return out, lse.reshape(args.batch, args.num_heads, args.seq_q)
+
+
+def backward_from_lse(
+    args: AttentionArgs, blocks: tuple[int, int], out: jax.Array, lse: jax.Array, dout: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
+    """The lse protocol's backward (``KernelImpl.backward_lse``): this call's float32 ``dq``,
+    ``dk``, ``dv`` (and ``dbias``) given the *global* ``out`` and ``lse [b, h, sq]``."""
+    lo, hi = key_bounds(args)
+    ts = T.tile_spec(args, *blocks)
+    q, k, v, bias, aux = _operands(args)
+    lse = lse.astype(F32).reshape(args.batch, args.num_kv_heads, args.num_groups, args.seq_q)
+    residuals = (q, k, v, bias, aux, lo, hi, *_mask_operands(args), out, lse)
+    dq, dk, dv, dbias, _ = _backward(ts, residuals, dout, grad_dtype=F32)
+    return dq, dk, dv, dbias
+
+
+def _operands(args: AttentionArgs) -> tuple:
+    return args.query, args.key, args.value, args.bias, args.softmax_aux
+
+
+def _mask_operands(args: AttentionArgs) -> tuple:
+    return args.q_segment_ids, args.kv_segment_ids, args.attention_mask, args.dropout_seed
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _flash(specs, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed):
     out, _ = _forward(specs[0], q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed)
@@ -67,9 +98,12 @@ def _flash_bwd(specs, residuals, dout):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def _forward(ts: TileSpec, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed):
-    """Returns the output ``[b, sq, h, dv]`` and the log-sum-exp ``[b, hk, g, sq]`` (-inf: empty row)."""
+def _forward(ts: TileSpec, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed, out_dtype=None):
+    """Returns the output ``[b, sq, h, dv]`` (in ``out_dtype``, default the query's) and the
+    log-sum-exp ``[b, hk, g, sq]`` (-inf: empty row)."""
     ops = T.prepare(ts, q, k, v, bias, lo, hi, q_seg, kv_seg, mask, seed)
+    # Loop carries vary over the manual mesh axes that the operands vary over (shard_map).
+    operands = (q, k, v, bias, lo, hi, q_seg, kv_seg, mask, seed)
     b, hk, g, bq, bk = q.shape[0], ts.num_kv_heads, ts.groups, ts.block_q, ts.block_k
     dv = v.shape[-1]
     sinks = T.sink_logits(ts, aux)
@@ -101,7 +135,7 @@ def _forward(ts: TileSpec, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed
             jnp.zeros((b, hk, g, bq), F32),
             jnp.zeros((b, hk, g, bq, dv), F32),
         )
-        m_i, l_i, acc = T.loop(j_lo, j_hi, kv_step, init)
+        m_i, l_i, acc = T.loop(j_lo, j_hi, kv_step, vary_like(init, operands))
         if sinks is not None:
             m_new = jnp.maximum(m_i, sinks.max(axis=-1))
             alpha = jnp.exp(m_i - m_new)
@@ -118,12 +152,15 @@ def _forward(ts: TileSpec, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed
     # out: [n_q, b, hk, g, bq, dv] → [b, sq, h, dv]; lse: [n_q, b, hk, g, bq] → [b, hk, g, sq]
     out = out.transpose(1, 0, 4, 2, 3, 5).reshape(b, ts.seq_q_padded, hk * g, dv)[:, : ts.seq_q]
     lse = lse.transpose(1, 2, 3, 0, 4).reshape(b, hk, g, ts.seq_q_padded)[..., : ts.seq_q]
-    return out.astype(q.dtype), lse
+    return out.astype(out_dtype or q.dtype), lse
 
 
-def _backward(ts: TileSpec, residuals, dout):
+def _backward(ts: TileSpec, residuals, dout, grad_dtype=None):
+    """Gradients of q, k, v, bias and sinks, in their own dtypes (``grad_dtype`` overrides it
+    for q, k, v and bias)."""
     q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed, out, lse = residuals
     ops = T.prepare(ts, q, k, v, bias, lo, hi, q_seg, kv_seg, mask, seed)
+    operands = (q, k, v, bias, lo, hi, q_seg, kv_seg, mask, seed, out, lse, dout)
     b, hk, g, bq, bk = q.shape[0], ts.num_kv_heads, ts.groups, ts.block_q, ts.block_k
     d, dv = q.shape[-1], v.shape[-1]
     sq_p, sk_p = ts.seq_q_padded, ts.seq_k_padded
@@ -170,7 +207,7 @@ def _backward(ts: TileSpec, residuals, dout):
             dv_acc = lax.dynamic_update_slice_in_dim(dv_acc, T.dslice(dv_acc, k0, bk, 2) + dv_t, k0, 2)
             return dq_t, dk_acc, dv_acc, db_acc
 
-        init = (jnp.zeros((b, hk, g, bq, d), F32), dk_acc, dv_acc, db_acc)
+        init = (vary_like(jnp.zeros((b, hk, g, bq, d), F32), operands), dk_acc, dv_acc, db_acc)
         dq_t, dk_acc, dv_acc, db_acc = T.loop(j_lo, j_hi, kv_step, init)
         return (dk_acc, dv_acc, db_acc), dq_t
 
@@ -180,12 +217,12 @@ def _backward(ts: TileSpec, residuals, dout):
             (bias.shape[0], bias.shape[1], sq_p if bias.shape[2] > 1 else 1, sk_p if bias.shape[3] > 1 else 1), F32
         )
     init = (jnp.zeros((b, hk, sk_p, d), F32), jnp.zeros((b, hk, sk_p, dv), F32), db0)
-    (dk, dvv, db), dq = lax.scan(q_step, init, jnp.arange(sq_p // bq, dtype=jnp.int32))
+    (dk, dvv, db), dq = lax.scan(q_step, vary_like(init, operands), jnp.arange(sq_p // bq, dtype=jnp.int32))
     # dq: [n_q, b, hk, g, bq, d] → [b, sq, h, d]; dk/dv: [b, hk, sk_p, d] → [b, sk, hk, d]
-    dq = dq.transpose(1, 0, 4, 2, 3, 5).reshape(b, sq_p, hk * g, d)[:, : ts.seq_q].astype(q.dtype)
-    dk = dk.transpose(0, 2, 1, 3)[:, : ts.seq_k].astype(k.dtype)
-    dvv = dvv.transpose(0, 2, 1, 3)[:, : ts.seq_k].astype(v.dtype)
-    dbias = None if db is None else db[:, :, : bias.shape[2], : bias.shape[3]].astype(bias.dtype)
+    dq = dq.transpose(1, 0, 4, 2, 3, 5).reshape(b, sq_p, hk * g, d)[:, : ts.seq_q].astype(grad_dtype or q.dtype)
+    dk = dk.transpose(0, 2, 1, 3)[:, : ts.seq_k].astype(grad_dtype or k.dtype)
+    dvv = dvv.transpose(0, 2, 1, 3)[:, : ts.seq_k].astype(grad_dtype or v.dtype)
+    dbias = None if db is None else db[:, :, : bias.shape[2], : bias.shape[3]].astype(grad_dtype or bias.dtype)
     daux = None
     if aux is not None:
         # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse).

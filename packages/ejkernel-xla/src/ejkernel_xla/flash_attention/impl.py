@@ -7,7 +7,7 @@ from ejkernel.modules.flash_attention import FlashAttentionConfig
 from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, KernelImpl
 
 from .._tiles import round_up
-from ._kernel import flash_attention
+from ._kernel import backward_from_lse, flash_attention, forward_with_lse
 
 # Tile sizes are chunk lengths of XLA loops, not on-chip tiles: larger ones amortize each loop
 # iteration's fixed cost (several fused kernels on accelerators, thread-pool dispatch on CPU),
@@ -21,9 +21,14 @@ def _effective(args: AttentionArgs, bq: int, bk: int) -> tuple[int, int]:
 
 
 class XlaFlashAttention(KernelImpl):
-    """Blockwise FlashAttention-2 in plain JAX: every feature, any device."""
+    """Blockwise FlashAttention-2 in plain JAX: every feature, any device.
+
+    It provides the log-sum-exp protocol (``supports_lse``; ring attention's inner kernel) and
+    honours ``AttentionArgs.position_offset`` (through ``key_bounds``).
+    """
 
     version = "1"
+    supports_lse = True
 
     def heuristic_cfg(self, args: AttentionArgs, device: DeviceInfo) -> FlashAttentionConfig:
         masked = args.causal or args.sliding_window is not None or args.is_varlen
@@ -67,3 +72,15 @@ class XlaFlashAttention(KernelImpl):
         fwd = (cfg.fwd_params.q_blocksize, cfg.fwd_params.kv_blocksize)
         bwd = (cfg.bwd_params.q_blocksize, cfg.bwd_params.kv_blocksize)
         return flash_attention(args, fwd, bwd)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _blocks(params) -> tuple[int, int]:
+        return params.q_blocksize, params.kv_blocksize
+
+    def forward_lse(self, args: AttentionArgs, cfg: FlashAttentionConfig):
+        assert cfg.fwd_params is not None
+        return forward_with_lse(args, self._blocks(cfg.fwd_params))
+
+    def backward_lse(self, args: AttentionArgs, cfg: FlashAttentionConfig, out, lse, dout):
+        assert cfg.bwd_params is not None
+        return backward_from_lse(args, self._blocks(cfg.bwd_params), out, lse, dout)
