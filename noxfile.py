@@ -18,7 +18,12 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(str(ROOT / "pyproject.toml"))
-PURE_PACKAGES = ["packages/ejkernel-core", "packages/ejkernel-xla", "packages/ejkernel-triton"]
+PURE_PACKAGES = [
+    "packages/ejkernel-core",
+    "packages/ejkernel-xla",
+    "packages/ejkernel-triton",
+    "packages/ejkernel-pallas",
+]
 # The versions the GPU machine runs (tests) and the oldest supported ones (compat).
 JAX_CURRENT = ["jax==0.11.2", "jaxlib==0.11.2"]
 JAX_OLDEST = ["jax==0.10.2", "jaxlib==0.10.2"]
@@ -39,6 +44,8 @@ def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -
         "packages/ejkernel-xla",
         "-e",
         "packages/ejkernel-triton",
+        "-e",
+        "packages/ejkernel-pallas",
     )
     if cuda:
         # Compiles the CUDA extension with nvcc (no GPU needed): CI checks that it builds.
@@ -49,8 +56,9 @@ def _cuda_archs() -> str:
     return os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real;90a-real;90-virtual")
 
 
-# Each backend package keeps its own tests next to it; CI runs them with the shared suite.
-PACKAGE_TESTS = ["packages/ejkernel-cuda/tests"]
+# Each backend package keeps its own tests next to it; CI runs them with the shared suite
+# (the Pallas kernels run in TPU interpret mode on the CPU).
+PACKAGE_TESTS = ["packages/ejkernel-cuda/tests", "packages/ejkernel-pallas/tests"]
 
 
 def _workers() -> str:
@@ -69,7 +77,8 @@ def tests(session: nox.Session) -> None:
 def compat(session: nox.Session) -> None:
     """The whole suite on the oldest supported stack: Python 3.11 with jax 0.10.2."""
     _install(session, JAX_OLDEST)
-    session.run("pytest", "-n", _workers(), *session.posargs, success_codes=PYTEST_OK)
+    paths = session.posargs or ["tests", "packages/ejkernel-pallas/tests"]
+    session.run("pytest", "-n", _workers(), *paths, success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.12")

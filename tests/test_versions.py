@@ -19,11 +19,17 @@ def test_versions_agree():
     core = load("ejkernel-core")
     version = core["version"]
     extras = core["optional-dependencies"]
-    for backend, extra in (("ejkernel-xla", "xla"), ("ejkernel-triton", "triton"), ("ejkernel-cuda", "cuda")):
+    backends = (
+        ("ejkernel-xla", "xla"),
+        ("ejkernel-triton", "triton"),
+        ("ejkernel-cuda", "cuda"),
+        ("ejkernel-pallas", "tpu"),
+    )
+    for backend, extra in backends:
         meta = load(backend)
         assert meta["version"] == version, backend
         assert f"ejkernel-core=={version}" in meta["dependencies"], backend
-        assert extras[extra] == [f"{backend}=={version}"]
+        assert extras[extra][0] == f"{backend}=={version}"  # (tpu also pulls jax[tpu])
         assert f"{backend}=={version}" in extras["all"]
         try:
             installed = importlib.metadata.version(backend)

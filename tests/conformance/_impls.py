@@ -36,6 +36,19 @@ EXTRA_CONFIGS: dict[tuple[str, str], list[tuple[str, Any]]] = {
     ("page_attention", "xla"): [
         ("step8tokens", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=8)))
     ],
+    # TPU tiling: 16-row query blocks, 128-key blocks (the smallest the lane dimension allows).
+    ("flash_attention", "pallas"): [
+        (
+            "tiles16x128-bwd32x128",
+            ejkernel.FlashAttentionConfig(
+                fwd_params=ejkernel.FwdParams(q_blocksize=16, kv_blocksize=128),
+                bwd_params=ejkernel.BwdParams(q_blocksize=32, kv_blocksize=128),
+            ),
+        )
+    ],
+    ("page_attention", "pallas"): [
+        ("step32tokens", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=32)))
+    ],
     # 32-token partitions: every case with a context above 32 goes through the split-K merge.
     ("page_attention", "cuda"): [
         ("partition32", ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=32))),

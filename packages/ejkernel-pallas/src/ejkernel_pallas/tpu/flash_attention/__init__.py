@@ -1,0 +1,3 @@
+from .impl import PallasTpuFlashAttention
+
+__all__ = ["PallasTpuFlashAttention"]

@@ -1,0 +1,3 @@
+from .impl import PallasTpuPageAttention
+
+__all__ = ["PallasTpuPageAttention"]

@@ -1,0 +1,75 @@
+"""Pages per step of the TPU paged decode: rules, VMEM estimate, heuristic, autotune space.
+
+``PageAttentionConfig.fwd_params.kv_blocksize`` is the number of cached tokens one grid step
+copies and attends: ``pages_per_step = kv_blocksize // block_size`` whole pages, fetched by DMA
+into one of two VMEM slots while the other slot is being attended. Pure functions of shapes and
+dtype (no TPU needed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from ejkernel.ops import FwdParams
+
+from .._tiling import VMEM_BUDGET, round_up, sublanes
+
+# One step should move enough bytes that the DMA engine, not the per-step overhead (~0.35 µs)
+# or the per-copy issue cost, sets the pace: 512 tokens × 8 kv heads × 128 dims × 2 bytes × K and
+# V is 2 MiB per step. More pages per step also means more copies issued per step, so cap them.
+_TARGET_TOKENS = 512
+_MAX_PAGES_PER_STEP = 64
+
+
+def buffer_bytes(pages: int, block_size: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> int:
+    """VMEM of the two K/V slots: ``[2, pages, block_size, num_kv_heads, d (dv)]``, with the
+    ``(num_kv_heads, d)`` minor dims padded to the ``(sublanes, 128)`` tile."""
+    tile_rows = round_up(num_kv_heads, sublanes(dtype))
+    per_token = tile_rows * (round_up(d, 128) + round_up(dv, 128)) * jnp.dtype(dtype).itemsize
+    return 2 * pages * block_size * per_token
+
+
+def _fits(pages: int, block_size: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> bool:
+    return buffer_bytes(pages, block_size, num_kv_heads, d, dv, dtype) <= VMEM_BUDGET // 2
+
+
+def heuristic(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> FwdParams:
+    pages = max(1, min(max_blocks, _MAX_PAGES_PER_STEP, _TARGET_TOKENS // block_size))
+    while pages > 1 and not _fits(pages, block_size, num_kv_heads, d, dv, dtype):
+        pages //= 2
+    return FwdParams(kv_blocksize=pages * block_size)
+
+
+def candidates(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> list[FwdParams]:
+    out = []
+    for tokens in (128, 256, 512, 1024, 2048):
+        pages = max(1, min(max_blocks, _MAX_PAGES_PER_STEP, tokens // block_size))
+        p = FwdParams(kv_blocksize=pages * block_size)
+        if p not in out and _fits(pages, block_size, num_kv_heads, d, dv, dtype):
+            out.append(p)
+    return out
+
+
+def check(params: FwdParams | None, block_size: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> int:
+    """Pages per step of ``params``; ``ValueError`` unless it is a positive multiple of the
+    cache's block size that fits the VMEM budget."""
+    if params is None or params.kv_blocksize is None:
+        raise ValueError("pallas page_attention needs fwd_params.kv_blocksize (cached tokens per step)")
+    tokens = params.kv_blocksize
+    if tokens % block_size:
+        raise ValueError(
+            f"pallas page_attention: fwd_params.kv_blocksize ({tokens}) must be a multiple of the cache's "
+            f"block_size ({block_size}): steps copy whole pages"
+        )
+    pages = tokens // block_size
+    if pages > _MAX_PAGES_PER_STEP:
+        raise ValueError(f"pallas page_attention: at most {_MAX_PAGES_PER_STEP} pages per step, got {pages}")
+    if not _fits(pages, block_size, num_kv_heads, d, dv, dtype):
+        raise ValueError(
+            f"pallas page_attention: {pages} pages per step need "
+            f"{buffer_bytes(pages, block_size, num_kv_heads, d, dv, dtype) >> 20} MiB of VMEM for K/V, more than "
+            f"{(VMEM_BUDGET // 2) >> 20} MiB"
+        )
+    return pages

@@ -1,0 +1,228 @@
+"""Registration, declines, block-size rules and the block plan: no kernel runs here."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _pallas_support import TPU
+
+import ejkernel
+from ejkernel.errors import UnsupportedError
+from ejkernel.modules import FlashAttentionConfig, PageAttentionConfig
+from ejkernel.ops import Backend, BwdParams, DeviceInfo, FwdParams, Platform, kernel_registry, record_dispatches
+from ejkernel.testing import conformance as C
+from ejkernel_pallas.tpu.flash_attention import PallasTpuFlashAttention
+from ejkernel_pallas.tpu.flash_attention import heuristics as FH
+from ejkernel_pallas.tpu.flash_attention._plan import plan_blocks, row_bounds
+from ejkernel_pallas.tpu.page_attention import PallasTpuPageAttention
+from ejkernel_pallas.tpu.page_attention import heuristics as PH
+
+FLASH, PAGE = PallasTpuFlashAttention(), PallasTpuPageAttention()
+
+
+@pytest.mark.parametrize(
+    ("op", "cls"), [("flash_attention", PallasTpuFlashAttention), ("page_attention", PallasTpuPageAttention)]
+)
+def test_registered_through_the_entry_point(op, cls):
+    impl = kernel_registry.get(op, platform="pallas")
+    assert isinstance(impl, cls)
+    assert (impl.platform, impl.backend, impl.plugin, impl.name) == (Platform.PALLAS, Backend.TPU, "pallas", "pallas")
+    assert impl.priority > kernel_registry.get(op, platform="xla").priority
+    info = {b.name: b for b in kernel_registry.backends()}["pallas"]
+    assert info.status == "loaded", info.error
+    assert f"{op}/pallas" in info.implementations
+
+
+def test_registration_does_not_import_pallas():
+    code = (
+        "import sys, ejkernel; ejkernel.kernel_registry.implementations('flash_attention'); "
+        "assert 'ejkernel_pallas' in sys.modules; "
+        "print(sorted(m for m in sys.modules if m.startswith('jax.experimental.pallas')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def _attention_inputs(dtype="float32"):
+    return C.make_attention_inputs(C.AttentionCase("cpu", b=1, sq=24, sk=24, h=2, hk=1, dtype=dtype, causal=True))
+
+
+def _page_inputs(**kw):
+    return C.make_page_inputs(C.PageAttentionCase("cpu", context_lens=(5, 17), h=4, hk=2, **kw))
+
+
+def test_declines_on_this_machine_and_auto_picks_another():
+    """Without a TPU the explicit platform is an error carrying the reason; "auto" skips it."""
+    kw = _attention_inputs()
+    with pytest.raises(UnsupportedError, match="needs a TPU; this call runs on cpu"):
+        ejkernel.flash_attention(**kw, platform="pallas")
+    pw = _page_inputs()
+    with pytest.raises(UnsupportedError, match="needs a TPU; this call runs on cpu"):
+        ejkernel.page_attention(**pw, platform="pallas")
+    with record_dispatches() as log:
+        ejkernel.flash_attention(**kw)
+        ejkernel.page_attention(**pw)
+    assert [d.impl for d in log] == ["xla", "xla"]
+
+
+def test_device_declines():
+    args = C.bind("flash_attention", **_attention_inputs())
+    assert FLASH.decline(args, TPU) is None
+    assert FLASH.decline(args, DeviceInfo(platform="tpu", kind="TPU7x")) is None
+    assert "TPU v4 or newer" in FLASH.decline(args, DeviceInfo(platform="tpu", kind="TPU v3"))
+    assert "needs a TPU" in FLASH.decline(args, DeviceInfo(platform="gpu", kind="NVIDIA H200"))
+    pargs = C.bind("page_attention", **_page_inputs())
+    assert PAGE.decline(pargs, TPU) is None
+    assert "TPU v4 or newer" in PAGE.decline(pargs, DeviceInfo(platform="tpu", kind="TPU v2"))
+
+
+def test_flash_feature_declines():
+    assert "float32 and bfloat16" in FLASH.decline(C.bind("flash_attention", **_attention_inputs("float16")), TPU)
+    kw = _attention_inputs()
+    big = {
+        **kw,
+        "query": jnp.zeros((1, 8, 2, 320)),
+        "key": jnp.zeros((1, 8, 1, 320)),
+        "value": jnp.zeros((1, 8, 1, 320)),
+    }
+    assert "head dims up to 256" in FLASH.decline(C.bind("flash_attention", **big), TPU)
+
+
+def test_flash_declines_a_ring_position_offset():
+    args = C.bind("flash_attention", **_attention_inputs())
+    if not hasattr(args, "position_offset"):
+        pytest.skip("this ejkernel-core has no position_offset (ring attention)")
+    shifted = dataclasses.replace(args, position_offset=jnp.asarray(5, jnp.int32))
+    assert "position_offset" in FLASH.decline(shifted, TPU)
+
+
+def test_page_declines():
+    kw = _page_inputs()
+    mixed = {**kw, "query": kw["query"].astype(jnp.bfloat16)}
+    assert "must share a dtype" in PAGE.decline(C.bind("page_attention", **mixed), TPU)
+    odd = C.make_page_inputs(C.PageAttentionCase("odd", context_lens=(5,), h=2, hk=1, d=192))
+    assert "head_dim must be at most 128 or a multiple of 128" in PAGE.decline(C.bind("page_attention", **odd), TPU)
+
+
+SHAPES = list(itertools.product((1, 17, 200, 1000, 8192), (1, 130, 4096), ((64, 64), (128, 128), (256, 256), (80, 32))))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_flash_heuristics_follow_the_tiling_rules(dtype):
+    sub = 8 if dtype == "float32" else 16
+    for (sq, sk, (d, dv)), segments in itertools.product(SHAPES, (False, True)):
+        shape = (sq, sk, d, dv, dtype, segments)
+        for p in (FH.heuristic_fwd(*shape), FH.heuristic_bwd(*shape)):
+            assert p.q_blocksize % sub == 0 and p.kv_blocksize % 128 == 0, (shape, p)
+            assert p.q_blocksize <= max(sub, -(-sq // sub) * sub) and p.kv_blocksize <= max(128, -(-sk // 128) * 128)
+        fwd, bwd = FH.fwd_candidates(*shape), FH.bwd_candidates(*shape)
+        assert fwd and bwd and len(set(fwd)) == len(fwd) and len(set(bwd)) == len(bwd)
+        assert FH.heuristic_fwd(*shape) in fwd or sq > 1024 or sk > 2048
+    # Long sequences and wide heads: the heuristic shrinks the blocks to fit the VMEM budget.
+    p = FH.heuristic_bwd(8192, 8192, 256, 256, dtype, True)
+    assert FH.bwd_vmem_bytes(p.q_blocksize, p.kv_blocksize, 256, 256, 2, True) <= 12 << 20
+
+
+def test_flash_validate_cfg():
+    args = C.bind("flash_attention", **C.make_attention_inputs(C.AttentionCase("v", sq=300, sk=700, h=2, hk=2, d=128)))
+    good = FLASH.heuristic_cfg(args, TPU)
+    FLASH.validate_cfg(good, args, TPU)
+    for cand in FLASH.candidate_cfgs(args, TPU):
+        FLASH.validate_cfg(cand, args, TPU)
+    bad = {
+        "multiple of 8": FwdParams(q_blocksize=12, kv_blocksize=128),
+        "multiple of 128": FwdParams(q_blocksize=16, kv_blocksize=192),
+        "needs fwd_params": FwdParams(q_blocksize=16),
+    }
+    for message, fwd in bad.items():
+        with pytest.raises(ValueError, match=message):
+            FLASH.validate_cfg(FlashAttentionConfig(fwd_params=fwd, bwd_params=good.bwd_params), args, TPU)
+    bf16 = C.bind("flash_attention", **C.make_attention_inputs(C.AttentionCase("v", sq=64, sk=64, dtype="bfloat16")))
+    with pytest.raises(ValueError, match="multiple of 16 for bfloat16"):
+        FLASH.validate_cfg(FlashAttentionConfig(fwd_params=FwdParams(8, 128), bwd_params=BwdParams(16, 128)), bf16, TPU)
+    long = C.bind(
+        "flash_attention",
+        query=jnp.zeros((1, 4096, 1, 256)),
+        key=jnp.zeros((1, 4096, 1, 256)),
+        value=jnp.zeros((1, 4096, 1, 256)),
+    )
+    with pytest.raises(ValueError, match="VMEM"):
+        FLASH.validate_cfg(
+            FlashAttentionConfig(fwd_params=FwdParams(2048, 2048), bwd_params=BwdParams(128, 128)), long, TPU
+        )
+
+
+def test_page_configs():
+    args = C.bind("page_attention", **_page_inputs())
+    cfg = PAGE.heuristic_cfg(args, TPU)
+    PAGE.validate_cfg(cfg, args, TPU)
+    assert cfg.fwd_params.kv_blocksize % args.block_size == 0
+    for cand in PAGE.candidate_cfgs(args, TPU):
+        PAGE.validate_cfg(cand, args, TPU)
+    with pytest.raises(ValueError, match="multiple of the cache's block_size"):
+        PAGE.validate_cfg(PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=24)), args, TPU)
+    with pytest.raises(ValueError, match="num_splits"):
+        PAGE.validate_cfg(PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=16), num_splits=2), args, TPU)
+    # Up to 512 tokens per step, as many pages as fit the VMEM slots (halving when not).
+    budget = 6 << 20
+    for bs, hk, d, dtype in itertools.product(
+        (8, 16, 64, 128), (1, 8, 32), (64, 128, 256), (jnp.float32, jnp.bfloat16)
+    ):
+        pages = PH.heuristic(bs, 1024, hk, d, d, dtype).kv_blocksize // bs
+        assert pages * bs <= max(512, bs)
+        assert pages == 1 or PH.buffer_bytes(pages, bs, hk, d, d, dtype) <= budget
+        assert pages * bs * 2 > 512 or PH.buffer_bytes(2 * pages, bs, hk, d, d, dtype) > budget
+    assert PH.heuristic(16, 3, 8, 128, 128, jnp.bfloat16).kv_blocksize == 48  # no more pages than the table has
+
+
+PLAN_CASES = [
+    # seq_q, seq_k, block_q, block_k, causal, window, segments
+    (17, 17, 8, 128, False, None, False),
+    (200, 200, 16, 128, True, None, False),
+    (17, 700, 8, 128, True, None, False),
+    (700, 17, 64, 128, True, None, False),
+    (300, 1000, 32, 128, True, (100, 0), False),
+    (513, 600, 64, 256, False, (50, 20), False),
+    (1000, 1000, 128, 128, False, (0, 0), False),
+    (260, 300, 16, 128, True, (150, 0), True),
+]
+
+
+@pytest.mark.parametrize("case", PLAN_CASES)
+def test_block_plan_visits_exactly_the_attended_blocks(case):
+    sq, sk, bq, bk, causal, window, segments = case
+    plan = plan_blocks(sq, sk, bq, bk, causal=causal, window=window, always_mask=segments)
+    lo, hi = row_bounds(sq, sk, causal, window)
+    nq, nk = -(-sq // bq), -(-sk // bk)
+    attended = np.zeros((sq, nk * bk), bool)
+    keys = np.arange(nk * bk)
+    attended[:] = (keys[None, :] >= lo[:, None]) & (keys[None, :] < hi[:, None])
+    attended = np.pad(attended, ((0, nq * bq - sq), (0, 0)))
+    tiles = attended.reshape(nq, bq, nk, bk)
+    some = tiles.any(axis=(1, 3))  # [nq, nk]
+    valid = np.arange(nq * bq).reshape(nq, bq) < sq
+    every = np.all(tiles | ~valid[:, :, None, None], axis=(1, 3))  # every valid row sees every key
+    for i in range(nq):
+        visited = np.zeros(nk, bool)
+        visited[plan.kv_lo[i] : plan.kv_hi[i]] = True
+        assert (visited == some[i]).all(), (i, plan.kv_lo[i], plan.kv_hi[i], some[i])
+        full = np.zeros(nk, bool)
+        full[plan.full_lo[i] : plan.full_hi[i]] = True
+        assert not (full & ~every[i]).any(), i  # unmasked blocks really need no mask
+        if segments:
+            assert not full.any()
+        else:
+            assert (full == (every[i] & some[i])).all(), i  # and every such block skips the mask
+    for j in range(nk):
+        visited = np.zeros(nq, bool)
+        visited[plan.q_lo[j] : plan.q_hi[j]] = True
+        assert (visited == some[:, j]).all(), j
+    assert plan.kv_steps == max(1, int((plan.kv_hi - plan.kv_lo).max()))
+    if window is not None and sk > 4 * bk:
+        assert plan.kv_steps < nk  # the band is narrower than the key axis: blocks are skipped
