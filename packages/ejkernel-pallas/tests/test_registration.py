@@ -96,8 +96,6 @@ def test_flash_feature_declines():
 
 def test_flash_declines_a_ring_position_offset():
     args = C.bind("flash_attention", **_attention_inputs())
-    if not hasattr(args, "position_offset"):
-        pytest.skip("this ejkernel-core has no position_offset (ring attention)")
     shifted = dataclasses.replace(args, position_offset=jnp.asarray(5, jnp.int32))
     assert "position_offset" in FLASH.decline(shifted, TPU)
 

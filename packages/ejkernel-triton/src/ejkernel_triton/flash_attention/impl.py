@@ -34,7 +34,7 @@ class TritonFlashAttention(KernelImpl):
             return f"supports {', '.join(_DTYPES)} inputs, got {dtype}"
         if max(args.head_dim, args.value_head_dim) > _MAX_HEAD_DIM:
             return f"supports head dims up to {_MAX_HEAD_DIM}, got {args.head_dim} (value {args.value_head_dim})"
-        if getattr(args, "position_offset", None) is not None:
+        if args.position_offset is not None:
             return "position_offset (the query positions of ring-attention window blocks) is not supported"
         if args.attention_mask is not None:
             return (

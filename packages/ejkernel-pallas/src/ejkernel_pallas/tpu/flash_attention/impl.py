@@ -60,7 +60,7 @@ class PallasTpuFlashAttention(KernelImpl):
             return NO_VARLEN
         if args.attention_mask is not None:
             return NO_PAIRWISE
-        if getattr(args, "position_offset", None) is not None:  # set only by ring attention
+        if args.position_offset is not None:  # set only by ring attention
             return NO_POSITION_OFFSET
         return None
 
