@@ -20,6 +20,16 @@ from ejkernel.modules.attention import AttentionArgs, dropout_keep_mask
 F32 = jnp.float32
 
 
+def dot(spec: str, a: Any, b: Any) -> Any:
+    """``jnp.einsum`` of two tiles, accumulated in float32. Float32 operands multiply at float32
+    accuracy (``HIGHEST``: the default precision is TF32 on recent NVIDIA GPUs, which would lose
+    what float32 was chosen for; the Triton kernels use "tf32x3" likewise); lower-precision
+    operands keep the default (fast) precision. Autodiff carries the precision to the transposed
+    products."""
+    precision = lax.Precision.HIGHEST if jnp.result_type(a, b) == F32 else None
+    return jnp.einsum(spec, a, b, precision=precision, preferred_element_type=F32)
+
+
 def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
@@ -166,7 +176,7 @@ def reduce_to_bias(ts: TileSpec, ds: Any, bias_shape: tuple[int, ...]) -> Any:
 
 def logits(ts: TileSpec, q_t: Any, k_t: Any, bias_t: Any) -> tuple[Any, Any]:
     """Scaled (soft-capped, biased) logits of a tile, and ``tanh`` of the cap for its gradient."""
-    s = jnp.einsum("bhgqd,bhkd->bhgqk", q_t, k_t, preferred_element_type=F32) * ts.scale
+    s = dot("bhgqd,bhkd->bhgqk", q_t, k_t) * ts.scale
     t = None
     if ts.soft_cap is not None:
         t = jnp.tanh(s / ts.soft_cap)

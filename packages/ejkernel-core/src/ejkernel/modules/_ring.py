@@ -352,7 +352,7 @@ def _ring_bwd(plan: RingPlan, res: tuple, dout: Any):
     daux = None
     if aux is not None:
         # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse) and D = rowsum(dO ∘ O).
-        delta = jnp.einsum("bqhd,bqhd->bhq", dout.astype(F32), out.astype(F32))
+        delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, q]
         lse_b = jnp.where(lse == NEG_INF, jnp.inf, lse)
         p_sink = jnp.exp(aux.astype(F32)[None, :, None, :] - lse_b[..., None])  # [b, h, Lq, n]
         daux = -(p_sink * delta[..., None]).sum(axis=(0, 2))

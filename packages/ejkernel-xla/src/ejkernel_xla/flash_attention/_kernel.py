@@ -127,7 +127,7 @@ def _forward(ts: TileSpec, q, k, v, bias, aux, lo, hi, q_seg, kv_seg, mask, seed
             keep = T.keep_tile(ts, ops, b, q0, k0)
             if keep is not None:
                 p = jnp.where(keep, p * inv_keep, 0.0)
-            pv = jnp.einsum("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v_t, preferred_element_type=F32)
+            pv = T.dot("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v_t)
             return m_new, l_i, acc * alpha[..., None] + pv
 
         init = (
@@ -168,7 +168,7 @@ def _backward(ts: TileSpec, residuals, dout, grad_dtype=None):
 
     do = T.to_head_major(T.pad_to(dout, 1, sq_p), ts)  # [b, hk, g, sq_p, dv]
     o = T.to_head_major(T.pad_to(out, 1, sq_p), ts)
-    delta = jnp.einsum("bhgqd,bhgqd->bhgq", do.astype(F32), o.astype(F32))  # D = rowsum(dO ∘ O)
+    delta = (do.astype(F32) * o.astype(F32)).sum(axis=-1)  # D = rowsum(dO ∘ O), exact float32
     # Empty rows (lse = -inf) and padding rows get +inf: exp(s - lse) is then exactly 0.
     lse_b = T.pad_to(jnp.where(lse == -jnp.inf, jnp.inf, lse), 3, sq_p, jnp.inf)
 
@@ -187,12 +187,12 @@ def _backward(ts: TileSpec, residuals, dout, grad_dtype=None):
             s, tanh_t = T.logits(ts, q_t, k_t, T.bias_tile(ts, ops, q0, k0))
             s = T.masked(s, T.valid_tile(ts, ops, lo_t, hi_t, q_seg_t, q0, k0))
             p = jnp.exp(s - lse_t[..., None])  # [b, hk, g, bq, bk]
-            dp = jnp.einsum("bhgqd,bhkd->bhgqk", do_t, v_t, preferred_element_type=F32)
+            dp = T.dot("bhgqd,bhkd->bhgqk", do_t, v_t)
             keep = T.keep_tile(ts, ops, b, q0, k0)
             p_drop = p if keep is None else jnp.where(keep, p * inv_keep, 0.0)
             if keep is not None:
                 dp = jnp.where(keep, dp * inv_keep, 0.0)
-            dv_t = jnp.einsum("bhgqk,bhgqd->bhkd", p_drop.astype(do.dtype), do_t, preferred_element_type=F32)
+            dv_t = T.dot("bhgqk,bhgqd->bhkd", p_drop.astype(do.dtype), do_t)
             ds = p * (dp - delta_t[..., None])  # gradient of the (biased) logits
             if db_acc is not None:
                 part = T.reduce_to_bias(ts, ds, ops.bias.shape)
@@ -201,8 +201,8 @@ def _backward(ts: TileSpec, residuals, dout, grad_dtype=None):
             if tanh_t is not None:
                 ds = ds * (1.0 - tanh_t * tanh_t)
             ds = (ds * ts.scale).astype(q.dtype)
-            dq_t = dq_t + jnp.einsum("bhgqk,bhkd->bhgqd", ds, k_t, preferred_element_type=F32)
-            dk_t = jnp.einsum("bhgqk,bhgqd->bhkd", ds, q_t, preferred_element_type=F32)
+            dq_t = dq_t + T.dot("bhgqk,bhkd->bhgqd", ds, k_t)
+            dk_t = T.dot("bhgqk,bhgqd->bhkd", ds, q_t)
             dk_acc = lax.dynamic_update_slice_in_dim(dk_acc, T.dslice(dk_acc, k0, bk, 2) + dk_t, k0, 2)
             dv_acc = lax.dynamic_update_slice_in_dim(dv_acc, T.dslice(dv_acc, k0, bk, 2) + dv_t, k0, 2)
             return dq_t, dk_acc, dv_acc, db_acc

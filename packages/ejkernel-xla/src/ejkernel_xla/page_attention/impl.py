@@ -17,6 +17,8 @@ from ejkernel.modules.page_attention import PageAttentionArgs, PageAttentionConf
 from ejkernel.ops import DeviceInfo, FwdParams, KernelImpl
 
 F32 = jnp.float32
+# Float32 at float32 accuracy (the GPU default is TF32); lower precisions at the default.
+_HIGHEST = lax.Precision.HIGHEST
 
 
 def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
@@ -27,6 +29,7 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
     tables = jnp.pad(args.block_tables, ((0, 0), (0, steps_total * pps - args.max_blocks)))
     cdt = jnp.promote_types(args.query.dtype, args.key_cache.dtype)
     q = args.query.reshape(b, hk, g, d).astype(cdt)
+    precision = _HIGHEST if cdt == F32 else None
     lens = args.context_lens
     chunk = pps * bs
 
@@ -46,7 +49,8 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
         if args.sliding_window is not None:
             valid &= pos[None, :] >= lens[:, None] - 1 - args.sliding_window[0]
         v_t = jnp.where(valid[:, :, None, None], v_t, 0)
-        logits = jnp.einsum("bhgd,bthd->bhgt", q, k_t, preferred_element_type=F32) * args.softmax_scale
+        logits = jnp.einsum("bhgd,bthd->bhgt", q, k_t, precision=precision, preferred_element_type=F32)
+        logits = logits * args.softmax_scale
         if args.logits_soft_cap is not None:
             logits = args.logits_soft_cap * jnp.tanh(logits / args.logits_soft_cap)
         logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
@@ -54,7 +58,7 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
         m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
         p = jnp.exp(logits - m_safe[..., None])
         alpha = jnp.exp(m_i - m_safe)
-        pv = jnp.einsum("bhgt,bthd->bhgd", p.astype(cdt), v_t, preferred_element_type=F32)
+        pv = jnp.einsum("bhgt,bthd->bhgd", p.astype(cdt), v_t, precision=precision, preferred_element_type=F32)
         return m_new, l_i * alpha + p.sum(axis=-1), acc * alpha[..., None] + pv
 
     init = (jnp.full((b, hk, g), -jnp.inf, F32), jnp.zeros((b, hk, g), F32), jnp.zeros((b, hk, g, dv), F32))

@@ -10,7 +10,6 @@ from ejkernel.modules.scaled_dot_product_attention import ScaledDotProductAttent
 from ejkernel.ops import DeviceInfo, KernelImpl
 
 from .. import _tiles as T
-from .._tiles import F32
 
 
 def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
@@ -45,7 +44,7 @@ def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
     keep = T.keep_tile(ts, ops, args.batch, 0, 0)
     if keep is not None:
         p = jnp.where(keep, p / (1.0 - args.dropout_prob), 0.0)
-    out = jnp.einsum("bhgqk,bhkd->bhgqd", p.astype(args.value.dtype), ops.v, preferred_element_type=F32)
+    out = T.dot("bhgqk,bhkd->bhgqd", p.astype(args.value.dtype), ops.v)
     return T.from_head_major(out).astype(args.dtype)
 
 
