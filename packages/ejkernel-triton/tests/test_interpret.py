@@ -93,3 +93,43 @@ def test_vmap_folds_into_the_batch_and_maps_otherwise():
     out = jax.vmap(lambda q, k, v, a: fn(query=q, key=k, value=v, softmax_aux=a))(q, k, v, aux)
     want = jax.vmap(lambda q, k, v, a: attention_reference(q, k, v, softmax_aux=a))(q, k, v, aux)
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_lse_protocol_matches_the_xla_blocks(causal):
+    """``forward_lse``/``backward_lse`` (ring attention's per-block calls) agree with the XLA
+    implementation's on a GQA block with segment ids and a broadcast bias: float32 output, the
+    natural-log ``lse`` (-inf for a row that sees no key), and each block's float32 gradients
+    given a *global* output and ``lse`` (here: another block's, so rows are not normalized)."""
+    from ejkernel.modules import AttentionArgs
+    from ejkernel.ops import kernel_registry
+
+    rng = np.random.default_rng(3)
+    b, sq, sk, h, hk, d = 2, 40, 24, 4, 2, 32
+
+    def randn(*shape, s=1.0):
+        return jnp.asarray(rng.standard_normal(shape) * s, jnp.float32)
+
+    q, k, v = randn(b, sq, h, d), randn(b, sk, hk, d), randn(b, sk, hk, d)
+    bias = randn(1, h, 1, sk, s=0.5)
+    q_seg = jnp.asarray(np.repeat([[0, 1, 2, 3]], b, 0).repeat(10, 1), jnp.int32)
+    kv_seg = jnp.asarray(np.repeat([[1, 2, 3]], b, 0).repeat(8, 1), jnp.int32)  # segment 0 sees no key
+    args = AttentionArgs(
+        query=q, key=k, value=v, bias=bias, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal, softmax_scale=0.3
+    )
+    cfg = CONFIGS["16x16-bwd16x32"]
+    xla = kernel_registry.get("flash_attention", platform="xla")
+    out, lse = IMPL.forward_lse(args, cfg)
+    want_out, want_lse = xla.forward_lse(args, xla.heuristic_cfg(args, GPU))
+    assert out.dtype == jnp.float32 and lse.shape == (b, h, sq)
+    assert bool(jnp.all(jnp.isneginf(lse[:, :, :10]))) and bool(jnp.all(out[:, :10] == 0))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(want_lse), atol=2e-5, rtol=2e-5)
+
+    glob_out, dout = randn(b, sq, h, d), randn(b, sq, h, d)
+    glob_lse = jnp.where(jnp.isneginf(lse), lse, lse + jnp.asarray(rng.uniform(0.1, 1.0, lse.shape), jnp.float32))
+    got = IMPL.backward_lse(args, cfg, glob_out, glob_lse, dout)
+    want = xla.backward_lse(args, xla.heuristic_cfg(args, GPU), glob_out, glob_lse, dout)
+    for name, g, w in zip(("dq", "dk", "dv", "dbias"), got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == jnp.float32, (name, g.shape, g.dtype)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-4, rtol=1e-4, err_msg=name)

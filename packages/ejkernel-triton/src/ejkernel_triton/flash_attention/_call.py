@@ -57,6 +57,7 @@ class Spec:
     scale: float
     fwd: tuple[int, int, int, int]  # block_m, block_n, warps, stages
     bwd: tuple[int, int, int, int]  # block_m (dK/dV query block, dQ key block), block_n, warps, stages
+    f32_out: bool = False  # output and gradients in float32 (the log-sum-exp protocol's blocks)
 
     @property
     def groups(self) -> int:
@@ -183,7 +184,10 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
     out, lse = launch(
         flash_fwd_kernel,
         *args,
-        out_shape=[jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), q.dtype), jax.ShapeDtypeStruct((b, h, sq), F32)],
+        out_shape=[
+            jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), F32 if spec.f32_out else q.dtype),
+            jax.ShapeDtypeStruct((b, h, sq), F32),
+        ],
         grid=(_cdiv(sq, block_m), b * h),
         num_warps=warps,
         num_stages=stages,
@@ -214,7 +218,9 @@ def backward(
     """``dq``, ``dk``, ``dv`` and, with ``write_dbias``, ``dS`` ``[b, h, sq, sk]`` (float32)."""
     b, sq, sk, h, hk = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads, spec.num_kv_heads
     block_m, block_n, warps, stages = spec.bwd
-    delta = jnp.einsum("bqhd,bqhd->bhq", dout.astype(F32), out.astype(F32))  # D = rowsum(dO ∘ O)
+    # D = rowsum(dO ∘ O), elementwise: exact float32 (an einsum would run in TF32 on the GPU)
+    delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, sq]
+    dout = dout.astype(q.dtype)  # the tensor-core products take one input dtype
     lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)  # empty rows: exp(s - lse) = 0
     common = _common_inputs(spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed)
     seed_arg = seed.reshape(1) if seed is not None else _dummy(jnp.uint32)
@@ -234,7 +240,10 @@ def backward(
         h,
         hk,
         spec.groups,
-        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        out_shape=[
+            jax.ShapeDtypeStruct(k.shape, F32 if spec.f32_out else k.dtype),
+            jax.ShapeDtypeStruct(v.shape, F32 if spec.f32_out else v.dtype),
+        ],
         grid=(_cdiv(sk, block_n), b * hk),
         num_warps=warps,
         num_stages=stages,
@@ -256,7 +265,10 @@ def backward(
         sk,
         h,
         spec.groups,
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(dbias_shape, F32)],
+        out_shape=[
+            jax.ShapeDtypeStruct(q.shape, F32 if spec.f32_out else q.dtype),
+            jax.ShapeDtypeStruct(dbias_shape, F32),
+        ],
         grid=(_cdiv(sq, block_n), b * h),
         num_warps=warps,
         num_stages=stages,
@@ -334,6 +346,12 @@ def _backward_fn(spec: Spec, write_dbias: bool):
     return bwd
 
 
+def _reduce_dbias(ds: jax.Array, bias: jax.Array) -> jax.Array:
+    """``dS [b, h, sq, sk]`` summed over the bias's broadcast (size-1) dims."""
+    axes = tuple(i for i, n in enumerate(bias.shape) if n == 1 and ds.shape[i] != 1)
+    return ds.sum(axis=axes, keepdims=True) if axes else ds
+
+
 def _present(**arrays: Any) -> dict[str, Any]:
     return {n: x for n, x in arrays.items() if x is not None}
 
@@ -363,12 +381,11 @@ def _attention_bwd(spec: Spec, res, dout):
     dbias = daux = None
     if bias_grad:
         bias = vals["bias"]
-        axes = tuple(i for i, n in enumerate(bias.shape) if n == 1 and ds.shape[i] != 1)
-        dbias = (ds.sum(axis=axes, keepdims=True) if axes else ds).astype(bias.dtype)
+        dbias = _reduce_dbias(ds, bias).astype(bias.dtype)
     aux = vals["aux"]
     if aux is not None:
         # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse) and D = rowsum(dO ∘ O).
-        delta = jnp.einsum("bqhd,bqhd->bhq", dout.astype(F32), out.astype(F32))
+        delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, sq]
         lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)
         p_sink = jnp.exp(aux.astype(F32)[None, :, None, :] - lse_b[..., None])  # [b, h, sq, n]
         daux = -(p_sink * delta[..., None]).sum(axis=(0, 2)).astype(aux.dtype)
@@ -396,3 +413,33 @@ def flash_attention(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> jax.
         row_hi,
         args.dropout_seed,
     )
+
+
+# -- the log-sum-exp protocol (ring attention's per-block kernel) --------------------------------
+
+
+def _protocol_arrays(args: AttentionArgs) -> dict[str, Any]:
+    if args.softmax_aux is not None or args.dropout_prob > 0 or args.is_varlen:
+        raise ValueError("the log-sum-exp protocol takes no softmax_aux, dropout or cum_seqlens")
+    return _present(
+        q=args.query, k=args.key, v=args.value, bias=args.bias, q_seg=args.q_segment_ids, kv_seg=args.kv_segment_ids
+    )
+
+
+def forward_lse(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> tuple[jax.Array, jax.Array]:
+    """Float32 output ``[b, sq, h, dv]`` and log-sum-exp ``[b, h, sq]`` (-inf for rows that see
+    no key), not differentiated (``KernelImpl.forward_lse``)."""
+    spec = dataclasses.replace(make_spec(args, fwd, bwd), f32_out=True)
+    return _forward_fn(spec)(_protocol_arrays(args))
+
+
+def backward_lse(
+    args: AttentionArgs, fwd: FwdParams, bwd: BwdParams, out: jax.Array, lse: jax.Array, dout: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
+    """Float32 ``dq``, ``dk``, ``dv`` (and ``dbias``) of this block given the *global* output and
+    log-sum-exp (``KernelImpl.backward_lse``)."""
+    spec = dataclasses.replace(make_spec(args, fwd, bwd), f32_out=True)
+    arrays = _protocol_arrays(args)
+    arrays.update(out=out, lse=lse.astype(F32), dout=dout)
+    dq, dk, dv, ds = _backward_fn(spec, args.bias is not None)(arrays)
+    return dq, dk, dv, None if args.bias is None else _reduce_dbias(ds, args.bias)

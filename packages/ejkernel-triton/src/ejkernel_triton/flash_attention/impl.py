@@ -16,10 +16,16 @@ _MAX_HEAD_DIM = 256
 
 
 class TritonFlashAttention(KernelImpl):
-    """FlashAttention-2 forward and backward in Triton for NVIDIA GPUs (compute capability >= 8.0)."""
+    """FlashAttention-2 forward and backward in Triton for NVIDIA GPUs (compute capability >= 8.0).
+
+    It provides the log-sum-exp protocol (``supports_lse``), so ``ring_attention`` runs its blocks
+    with these kernels on GPUs; it declines ``position_offset`` (the ring's sliding-window blocks),
+    which then run on another implementation.
+    """
 
     version = "1"
     device_requirement = "an NVIDIA GPU"
+    supports_lse = True  # ring attention's per-block kernel on NVIDIA GPUs
 
     def decline(self, args: AttentionArgs, device: DeviceInfo) -> str | None:
         if device.compute_capability is None:  # a GPU without CUDA compute capability (ROCm)
@@ -89,3 +95,15 @@ class TritonFlashAttention(KernelImpl):
 
         assert cfg.fwd_params is not None and cfg.bwd_params is not None
         return flash_attention(args, cfg.fwd_params, cfg.bwd_params)
+
+    def forward_lse(self, args: AttentionArgs, cfg: FlashAttentionConfig):
+        from ._call import forward_lse
+
+        assert cfg.fwd_params is not None and cfg.bwd_params is not None
+        return forward_lse(args, cfg.fwd_params, cfg.bwd_params)
+
+    def backward_lse(self, args: AttentionArgs, cfg: FlashAttentionConfig, out, lse, dout):
+        from ._call import backward_lse
+
+        assert cfg.fwd_params is not None and cfg.bwd_params is not None
+        return backward_lse(args, cfg.fwd_params, cfg.bwd_params, out, lse, dout)
