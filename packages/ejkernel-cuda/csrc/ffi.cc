@@ -47,7 +47,8 @@ ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer
                            ffi::Buffer<ffi::S32> context_lens, ffi::Buffer<ffi::S32> block_tables,
                            ffi::Buffer<ffi::F32> sinks, ffi::Result<ffi::AnyBuffer> out,
                            ffi::Result<ffi::Buffer<ffi::F32>> part_out, ffi::Result<ffi::Buffer<ffi::F32>> part_lse,
-                           float scale, float soft_cap, int32_t window_left, int32_t partition, int32_t num_sinks) {
+                           float scale, float soft_cap, int32_t window_left, int32_t partition, int32_t num_sinks,
+                           int32_t stages, int32_t variant) {
   const auto qd = q.dimensions(), kd = k_cache.dimensions(), vd = v_cache.dimensions();
   if (qd.size() != 3 || kd.size() != 4 || vd.size() != 4)
     return invalid("query must be [batch, heads, head_dim] and caches [num_blocks, block_size, kv_heads, head_dim], got " +
@@ -89,8 +90,17 @@ ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer
   if (!to_dtype(q.element_type(), &p.q_dtype) || !to_dtype(out->element_type(), &p.out_dtype) ||
       !to_dtype(k_cache.element_type(), &cache_dtype) || k_cache.element_type() != v_cache.element_type())
     return invalid("query, caches and output must be float32, bfloat16 or float16 (caches of one dtype)");
-  size_t smem = ek::split_smem_bytes(p.groups, p.head_dim, p.partition, p.block_size);
-  if (smem > 200 * 1024) return invalid("partition " + std::to_string(partition) + " needs too much shared memory");
+  if (stages < ek::kMinStages || stages > ek::kMaxStages)
+    return invalid("stages must be in [" + std::to_string(ek::kMinStages) + ", " + std::to_string(ek::kMaxStages) +
+                   "], got " + std::to_string(stages));
+  if (variant != 0 && variant != 1) return invalid("variant must be 0 or 1, got " + std::to_string(variant));
+  p.stages = stages;
+  p.variant = variant;
+  const int elem_size = cache_dtype == ek::DType::kF32 ? 4 : 2;
+  const size_t smem = ek::split_smem_bytes(p.groups, p.head_dim, p.partition, p.block_size, p.stages, elem_size, variant);
+  if (smem > 200 * 1024)
+    return invalid("partition " + std::to_string(partition) + " with " + std::to_string(stages) +
+                   " stages needs too much shared memory");
 
   p.q = q.untyped_data();
   p.k_cache = k_cache.untyped_data();
@@ -139,7 +149,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelPagedDecode, PagedDecodeImpl,
                                   .Attr<float>("soft_cap")
                                   .Attr<int32_t>("window_left")
                                   .Attr<int32_t>("partition")
-                                  .Attr<int32_t>("num_sinks"));
+                                  .Attr<int32_t>("num_sinks")
+                                  .Attr<int32_t>("stages")
+                                  .Attr<int32_t>("variant"));
 
 namespace {
 

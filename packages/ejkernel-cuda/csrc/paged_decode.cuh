@@ -2,13 +2,16 @@
 //
 // Pass 1 (paged_decode_split): one CTA per (context partition, KV head, query-head tile, sequence).
 //   The CTA serves the G query heads that share a KV head, so every K/V byte is read once per
-//   group. It scores its partition's tokens (K), takes the partition's softmax, and accumulates
-//   P·V (V); it writes the partition's normalized output and log-sum-exp.
+//   group. It streams its partition's K and V rows through a ring of shared-memory stages with
+//   cp.async (16-byte copies, `stages - 1` chunks in flight while one is consumed), scores each
+//   token against the G heads, and keeps an online softmax per lane group; the groups merge at the
+//   end. It writes the partition's normalized output and log-sum-exp.
 // Pass 2 (paged_decode_merge): one CTA per (sequence, head) merges the partitions by their
 //   log-sum-exp (and the sinks), so long contexts spread over many CTAs (split-K).
 //
-// Every K/V load is a 16-byte vector: a token's head row (D elements) is split over TPT lanes,
-// EPT contiguous elements each, and its dot products are reduced with warp shuffles.
+// A token's head row (D elements) is split over TPT lanes, EPT elements each, read from shared
+// memory as 16-byte vectors (lane i takes vectors i, i + TPT, ...: conflict-free), and its dot
+// products are reduced with warp shuffles.
 
 #pragma once
 
@@ -36,6 +39,9 @@ struct DecodeParams {
   DType out_dtype;
   int batch, heads, kv_heads, groups, head_dim;
   int block_size, max_blocks, num_splits, partition, num_sinks;
+  int stages;   // shared-memory ring slots of pass 1 (2..6)
+  int variant;  // 0: tensor cores for bf16/fp16 caches (head dim <= 128); 1: FMAs (the float32 path)
+  int direct;   // set by the launcher: one partition and no sinks, pass 1 writes `out` (no merge)
   int block_size_log2;  // log2(block_size) when a power of two, else -1
   float scale;       // softmax scale
   float soft_cap;    // <= 0: no soft cap
@@ -56,13 +62,35 @@ inline int head_tile(int groups) {
   return g;
 }
 
-// Dynamic shared memory of pass 1: logits [G][partition], the P·V reduction [warps][G][D] and
-// the partition's page indices.
-inline size_t split_smem_bytes(int groups, int head_dim, int partition, int block_size) {
-  const int g = head_tile(groups);
+// Pass 1 has two paths. bf16/fp16 caches of head dim <= 128 (variant 0) score and accumulate on the tensor cores
+// (mma.sync m16n8k16: the G query heads are the rows of a 16-row tile, each warp takes 16 tokens
+// of a 64-token ring slot); the rest (and variant 1) use FMAs, a lane group per token.
+constexpr int kStageBytes = 16 * 1024;  // FMA path: K and V rows of a slot, 8 KiB each
+constexpr int kMmaTokens = 64;          // tensor-core path: tokens per slot (16 per warp)
+constexpr int kMinStages = 2, kMaxStages = 6;
+
+// Head dim 256 stays on the FMA path: its 16x256 float32 accumulator tile would spill.
+inline constexpr bool uses_mma(int elem_size, int variant, int head_dim) {
+  return elem_size == 2 && variant != 1 && head_dim <= 128;
+}
+
+inline constexpr size_t stage_bytes(int head_dim, int elem_size, int variant) {
+  return uses_mma(elem_size, variant, head_dim) ? static_cast<size_t>(2) * kMmaTokens * head_dim * elem_size
+                                                : kStageBytes;
+}
+
+// The ring (reused after the loop by the cross-warp merge: m, l and acc of each warp).
+inline constexpr size_t split_ring_bytes(int g, int head_dim, int stages, int elem_size, int variant) {
+  const size_t ring = static_cast<size_t>(stages) * stage_bytes(head_dim, elem_size, variant);
+  const size_t merge = sizeof(float) * static_cast<size_t>(kThreads / 32) * g * (head_dim + 2);
+  return ring > merge ? ring : merge;
+}
+
+// Dynamic shared memory of pass 1: the ring, then the partition's page indices.
+inline size_t split_smem_bytes(int groups, int head_dim, int partition, int block_size, int stages, int elem_size,
+                               int variant) {
   const int pages = partition / block_size + 2;
-  return sizeof(float) * (static_cast<size_t>(g) * partition + static_cast<size_t>(kThreads / 32) * g * head_dim) +
-         sizeof(int32_t) * pages;
+  return split_ring_bytes(head_tile(groups), head_dim, stages, elem_size, variant) + sizeof(int32_t) * pages;
 }
 
 }  // namespace ejkernel_cuda

@@ -97,26 +97,45 @@ def test_old_gpus_decline():
 
 
 def test_heuristic_partition_splits_long_contexts():
-    # The benchmark shape: b32 hk8 h32 d128 ctx8192 on 132 SMs -> 2048-token partitions,
-    # 4 splits, 1024 CTAs (>= 6 per SM).
+    # The benchmark shape: b32 hk8 h32 d128 ctx8192 bf16 on 132 SMs; the tensor-core path runs 2
+    # CTAs per SM -> a nearly full wave of 264 slots -> one 8192-token partition per sequence
+    # (256 CTAs, no merge pass); at ctx 32768 four.
     p = H.heuristic_partition(32, 8, 4, 128, 8192, 16, 132)
-    assert p == 2048
-    assert 32 * 8 * H.num_splits(8192, p) >= H.CTAS_PER_SM * 132
+    assert p == 8192
+    assert H.num_splits(32768, H.heuristic_partition(32, 8, 4, 128, 32768, 16, 132)) == 4
+    assert 32 * 8 * H.num_splits(8192, p) >= H.WAVES * H.resident_ctas(4, 128) * 132
     # A big batch needs no split beyond the largest partition; a short context one partition.
-    assert H.heuristic_partition(256, 8, 4, 128, 32768, 16, 132) == 2048
+    assert H.heuristic_partition(256, 8, 4, 128, 32768, 16, 132) == 8192
     assert H.heuristic_partition(1, 1, 1, 64, 40, 16, 132) == 64
-    # Shared memory stays within the default carve-out for every tile.
-    for groups in (1, 3, 4, 8, 16):
-        for d in H.HEAD_DIMS:
-            p = H.heuristic_partition(1, 1, groups, d, 65536, 16, 132)
-            assert H.smem_bytes(groups, d, p, 16) <= H.HEURISTIC_SMEM
+    assert H.heuristic_partition(2, 1, 1, 128, 8192, 16, 132) == 256  # few sequences: many splits
+    # The ring is as deep as the resident CTAs allow: 2 CTAs x 3 slots of 32 KiB (tensor cores,
+    # 64 tokens of d128 bf16); 3 CTAs x 4 slots of 16 KiB (FMAs, float32 or variant 1).
+    assert H.uses_mma(2, 128) and not H.uses_mma(4, 128) and not H.uses_mma(2, 256)
+    assert H.heuristic_stages(4, 128, 1024, 16) == 3
+    assert H.heuristic_stages(4, 128, 1024, 16, itemsize=4) == 4
+    assert H.heuristic_stages(4, 128, 1024, 16, variant=1) == 4
+    for itemsize in (2, 4):
+        for groups in (1, 3, 4, 8, 16):
+            for d in H.HEAD_DIMS:
+                p = H.heuristic_partition(1, 1, groups, d, 65536, 16, 132, itemsize)
+                stages = H.heuristic_stages(groups, d, p, 16, itemsize)
+                assert H.MIN_STAGES <= stages <= H.MAX_STAGES
+                assert H.smem_bytes(groups, d, p, 16, stages, itemsize) <= H.SMEM_LIMIT
 
 
 def test_candidates_and_explicit_splits():
     args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(300, 17), block_size=16)))
     cands = CudaPageAttention().candidate_cfgs(args, H200)
     parts = [c.fwd_params.kv_blocksize for c in cands]
-    assert parts == sorted(set(parts)) and parts[0] == 128 and parts[-1] == 320  # capped at the context
+    assert parts == sorted(parts) and parts[0] == 256 and parts[-1] == 320  # capped at the context
+    itemsize = jnp.dtype(args.key_cache.dtype).itemsize
+    deepest = H.heuristic_stages(args.num_groups, args.head_dim, 256, args.block_size, itemsize)
+    assert {c.fwd_params.num_stages for c in cands} == {2, deepest} and deepest > 2
+    for c in cands:
+        CudaPageAttention().validate_cfg(c, args, H200)
+    too_deep = ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=256, num_stages=7))
+    with pytest.raises(ValueError, match="num_stages must be in"):
+        CudaPageAttention().validate_cfg(too_deep, args, H200)
     cfg = ejkernel.PageAttentionConfig(num_splits=3)
     assert CudaPageAttention._partition(cfg, args) == 102  # ceil(19 pages * 16 / 3)
     with pytest.raises(ValueError, match="kv_blocksize"):
@@ -142,14 +161,26 @@ _LONG = [
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", _LONG, ids=lambda c: c.name)
-@pytest.mark.parametrize("partition", [None, 64, 2048])
-def test_long_ragged_contexts(case, partition):
+@pytest.mark.parametrize("partition,stages", [(None, None), (64, 2), (1000, 3), (2048, 6)])
+def test_long_ragged_contexts(case, partition, stages):
+    # Partitions shorter than, not a multiple of, and much longer than a ring slot's tokens.
     cfg = (
         None
         if partition is None
-        else ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=partition))
+        else ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=partition, num_stages=stages))
     )
     C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=1)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _LONG[:2] + _LONG[3:], ids=lambda c: c.name)
+def test_fma_path_for_half_caches(case, monkeypatch):
+    # The FMA path (float32 caches' path; the sweep's other variant) on bf16/fp16 caches is exact too.
+    from ejkernel_cuda.page_attention import impl as cuda_impl
+
+    monkeypatch.setattr(cuda_impl, "LANE_VARIANT", 1)
+    C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda"), case, seed=2)
 
 
 @gpu
@@ -166,3 +197,20 @@ def test_runs_the_ffi_kernel_under_jit_and_vmap():
     assert "ejkernel_cuda_paged_decode" in hlo  # the custom call, not an XLA fallback
     batched = jax.vmap(f)(jnp.stack([kw["query"], -kw["query"]]))
     np.testing.assert_allclose(np.asarray(batched[0], np.float32), np.asarray(f(kw["query"]), np.float32))
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [0, 1], ids=["mma", "fma"])
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_one_partition(sinks, variant, monkeypatch):
+    # One partition covers every context (32 pages of 16 <= 512 tokens): without sinks pass 1
+    # writes the output itself and no merge runs; an empty context still gives zeros.
+    from ejkernel_cuda.page_attention import impl as cuda_impl
+
+    monkeypatch.setattr(cuda_impl, "LANE_VARIANT", variant)
+    case = C.PageAttentionCase(
+        "one-split", context_lens=(0, 5, 300, 511), h=8, hk=2, d=128, sinks=sinks, dtype="bfloat16"
+    )
+    cfg = ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=512, num_stages=3))
+    C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=3)

@@ -1,9 +1,13 @@
-"""Partition (split-K) sizes of the CUDA paged decode, as pure functions of the shapes.
+"""Launch configs of the CUDA paged decode, as pure functions of the shapes.
 
-Pass 1 runs one 128-thread CTA per (partition, KV head, tile of up to 8 query heads, sequence);
-each streams its partition's K then V pages once. Decode is memory-bound: the CTA count must
-keep every SM's load pipeline full, while each partition's fixed work (loading q, the softmax
-pass over its logits, writing one partial row per head) stays small against its loads.
+Pass 1 runs one 128-thread CTA per (partition, KV head, tile of up to 8 query heads, sequence).
+It streams its partition's K and V rows through a ring of ``stages`` shared-memory slots with
+cp.async, ``stages - 1`` slots in flight while one is consumed. bf16/fp16 caches of head dim <= 128
+use the tensor cores (a slot holds 64 tokens: 16 per warp, 32 KiB at d128); float32 caches, head
+dim 256 and ``variant`` 1 use FMAs (16 KiB slots). Decode is memory-bound: what matters is the
+bytes in flight per SM (resident CTAs x (stages - 1) x slot) and enough CTAs that the last wave
+is short; each partition's fixed work (q, the ring's fill, one partial row per head, the split-K
+merge) must stay small.
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ from __future__ import annotations
 import math
 
 HEAD_DIMS = (64, 128, 256)
-WARPS = 4  # 128-thread CTAs
-PARTITIONS = (128, 256, 512, 1024, 2048)
-# Measured on an H200 (b32 h32/8 d128 ctx8192 bf16 bs16, device time, 2026-11-21): partitions
-# of 128/256/512/1024/2048 tokens took 0.60/0.50/0.44/0.42/0.40 ms. Fewer, longer partitions
-# win while there are still ~1.5 waves of the 4 resident CTAs per SM (128 registers per thread):
-# the split-K merge and each partition's fixed work (q, softmax pass, partial rows) cost more
-# than a short tail.
-CTAS_PER_SM = 6
-# Logits [G, partition] plus the P·V reduction [warps, G, D] in shared memory; stay under the default
-# 48 KiB carve-out for the heuristic, under 96 KiB for autotune candidates.
-HEURISTIC_SMEM = 48 * 1024
-CANDIDATE_SMEM = 96 * 1024
+THREADS = 128
+FMA_STAGE_BYTES = 16 * 1024
+MMA_TOKENS = 64
+MIN_STAGES, MAX_STAGES = 2, 6
+PARTITIONS = (256, 512, 1024, 2048, 4096, 8192)
+SMEM_PER_SM = 227 * 1024  # H100/H200 (sm_90): usable shared memory per SM
+SMEM_LIMIT = 200 * 1024  # what the FFI handler accepts for one CTA
+# Split-K target: at least this many CTAs per resident slot (a nearly full single wave).
+# Measured on an H200 (b32 h32/8 d128 ctx8192 bf16, 2 slots per SM, one sweep): partitions of
+# 2048, 4096 and 8192 tokens (3.9, 1.9 and 0.97 waves) took 0.358, 0.345 and 0.329 ms (1024
+# tokens, 7.8 waves: 0.388 ms in an earlier sweep):
+# each partition's fill and merge cost more than a short last wave, and a single partition per
+# sequence needs no merge pass at all (pass 1 writes the output).
+WAVES = 0.95
 
 
 def head_tile(groups: int) -> int:
@@ -33,10 +39,45 @@ def head_tile(groups: int) -> int:
     return g
 
 
-def smem_bytes(groups: int, head_dim: int, partition: int, block_size: int) -> int:
-    """Dynamic shared memory of pass 1 (mirrors ``split_smem_bytes`` in paged_decode.cuh)."""
+def uses_mma(itemsize: int, head_dim: int, variant: int = 0) -> bool:
+    """The tensor-core path (``uses_mma`` in paged_decode.cuh); variant 1 is the FMA path."""
+    return itemsize == 2 and variant != 1 and head_dim <= 128
+
+
+def stage_bytes(head_dim: int, itemsize: int, variant: int = 0) -> int:
+    return 2 * MMA_TOKENS * head_dim * itemsize if uses_mma(itemsize, head_dim, variant) else FMA_STAGE_BYTES
+
+
+def resident_ctas(groups: int, head_dim: int, itemsize: int = 2, variant: int = 0) -> int:
+    """CTAs of pass 1 per SM that the heuristic plans for. The tensor-core path is built for 3 (168
+    registers) but at d128 runs best as 2 CTAs x 3 slots of 32 KiB (measured on an H200, b32
+    h32/8 ctx8192: 3 CTAs x 2 slots is 4-20% slower); at d64 4. The FMA path by registers (ptxas
+    -v, sm_90a): ~250 for 8-head tiles (2), 130-155 for 4 heads (3), under 100 below (4)."""
+    if uses_mma(itemsize, head_dim, variant):
+        return 2 if head_dim == 128 else 4
     g = head_tile(groups)
-    return 4 * (g * partition + WARPS * g * head_dim) + 4 * (partition // block_size + 2)
+    return 2 if g >= 8 else (3 if g == 4 else 4)
+
+
+def smem_bytes(
+    groups: int, head_dim: int, partition: int, block_size: int, stages: int, itemsize: int = 2, variant: int = 0
+) -> int:
+    """Dynamic shared memory of pass 1 (mirrors ``split_smem_bytes`` in paged_decode.cuh)."""
+    merge = 4 * (THREADS // 32) * head_tile(groups) * (head_dim + 2)
+    ring = max(stages * stage_bytes(head_dim, itemsize, variant), merge)
+    return ring + 4 * (partition // block_size + 2)
+
+
+def heuristic_stages(
+    groups: int, head_dim: int, partition: int, block_size: int, itemsize: int = 2, variant: int = 0
+) -> int:
+    """The deepest ring that still lets the register-limited number of CTAs share an SM."""
+    ctas = resident_ctas(groups, head_dim, itemsize, variant)
+    for stages in range(MAX_STAGES, MIN_STAGES - 1, -1):
+        smem = smem_bytes(groups, head_dim, partition, block_size, stages, itemsize, variant)
+        if ctas * (smem + 1024) <= SMEM_PER_SM and smem <= SMEM_LIMIT:
+            return stages
+    return MIN_STAGES
 
 
 def effective_context(max_context: int, window_left: int | None) -> int:
@@ -49,17 +90,15 @@ def num_splits(context: int, partition: int) -> int:
 
 
 def heuristic_partition(
-    batch: int, kv_heads: int, groups: int, head_dim: int, context: int, block_size: int, sms: int
+    batch: int, kv_heads: int, groups: int, head_dim: int, context: int, block_size: int, sms: int, itemsize: int = 2
 ) -> int:
-    """The largest partition that still yields ``CTAS_PER_SM`` CTAs per SM, at least 256 tokens
-    (smaller ones spend more on per-partition work than they gain), capped by the context."""
+    """The largest partition that still yields ``WAVES`` CTAs per resident slot (at least 256
+    tokens: shorter ones spend more on fixed work than they gain), capped by the context."""
     tiles = math.ceil(groups / head_tile(groups))
     work = batch * kv_heads * tiles
-    target = CTAS_PER_SM * max(sms, 1)
-    choice = 256
+    target = WAVES * resident_ctas(groups, head_dim, itemsize) * max(sms, 1)
+    choice = PARTITIONS[0]
     for p in sorted(PARTITIONS, reverse=True):
-        if p < 256 or smem_bytes(groups, head_dim, p, block_size) > HEURISTIC_SMEM:
-            continue
         if work * num_splits(context, p) >= target:
             choice = p
             break
@@ -67,10 +106,16 @@ def heuristic_partition(
     return min(choice, max(32, -(-context // 32) * 32))
 
 
-def candidate_partitions(groups: int, head_dim: int, context: int, block_size: int) -> list[int]:
-    out = []
+def candidate_configs(
+    groups: int, head_dim: int, context: int, block_size: int, itemsize: int = 2
+) -> list[tuple[int, int]]:
+    """(partition, stages) pairs for the autotuner: every partition, at 2 stages and the deepest
+    ring its resident CTAs allow."""
+    out: list[tuple[int, int]] = []
     for p in PARTITIONS:
         p = min(p, max(32, -(-context // 32) * 32))
-        if p not in out and smem_bytes(groups, head_dim, p, block_size) <= CANDIDATE_SMEM:
-            out.append(p)
+        deepest = heuristic_stages(groups, head_dim, p, block_size, itemsize)
+        for stages in sorted({MIN_STAGES, deepest}):
+            if (p, stages) not in out and smem_bytes(groups, head_dim, p, block_size, stages, itemsize) <= SMEM_LIMIT:
+                out.append((p, stages))
     return out

@@ -14,10 +14,17 @@ from . import heuristics as H
 
 _DTYPES = ("float32", "bfloat16", "float16")
 TARGET = "ejkernel_cuda_paged_decode"
+# Pass 1's path for bf16/fp16 caches (0: tensor cores where the head dim allows; 1: FMAs, the
+# float32 path). Read when a call is traced; benchmarks/cuda_decode_sweep.py compares them.
+LANE_VARIANT = 0
 
 
 def _window_left(args: PageAttentionArgs) -> int | None:
     return None if args.sliding_window is None else int(args.sliding_window[0])
+
+
+def _itemsize(args: PageAttentionArgs) -> int:
+    return jnp.dtype(args.key_cache.dtype).itemsize
 
 
 def _context(args: PageAttentionArgs) -> int:
@@ -25,9 +32,10 @@ def _context(args: PageAttentionArgs) -> int:
 
 
 class CudaPageAttention(KernelImpl):
-    """Paged decode in CUDA C++ (split-K over the context, GQA groups per CTA, 16-byte loads)."""
+    """Paged decode in CUDA C++ (split-K over the context, GQA groups per CTA as tensor-core tile rows,
+    cp.async K/V ring)."""
 
-    version = "1"
+    version = "2"
     device_requirement = "an NVIDIA GPU"
 
     def decline(self, args: PageAttentionArgs, device: DeviceInfo) -> str | None:
@@ -51,21 +59,33 @@ class CudaPageAttention(KernelImpl):
         ext, _ = _ffi._load()
         sms = ext.sm_count() if ext is not None else 132  # type: ignore[attr-defined]
         p = H.heuristic_partition(
-            args.batch, args.num_kv_heads, args.num_groups, args.head_dim, _context(args), args.block_size, sms
-        )
-        return PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p))
+            args.batch, args.num_kv_heads, args.num_groups, args.head_dim, _context(args), args.block_size, sms,
+            _itemsize(args),
+        )  # fmt: skip
+        stages = H.heuristic_stages(args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT)
+        return PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p, num_stages=stages))
 
     def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
         return [
-            PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p))
-            for p in H.candidate_partitions(args.num_groups, args.head_dim, _context(args), args.block_size)
+            PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p, num_stages=s))
+            for p, s in H.candidate_configs(
+                args.num_groups, args.head_dim, _context(args), args.block_size, _itemsize(args)
+            )
         ]
 
     def validate_cfg(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> None:
         p = self._partition(cfg, args)
-        smem = H.smem_bytes(args.num_groups, args.head_dim, p, args.block_size)
-        if smem > 200 * 1024:
-            raise ValueError(f"cuda page_attention: a partition of {p} tokens needs {smem} B of shared memory")
+        stages = self._stages(cfg, args, p)
+        if not H.MIN_STAGES <= stages <= H.MAX_STAGES:
+            raise ValueError(
+                f"cuda page_attention: fwd_params.num_stages must be in [{H.MIN_STAGES}, {H.MAX_STAGES}], got {stages}"
+            )
+        smem = H.smem_bytes(args.num_groups, args.head_dim, p, args.block_size, stages, _itemsize(args), LANE_VARIANT)
+        if smem > H.SMEM_LIMIT:
+            raise ValueError(
+                f"cuda page_attention: a partition of {p} tokens with {stages} stages needs {smem} B of shared "
+                f"memory (at most {H.SMEM_LIMIT})"
+            )
 
     @staticmethod
     def _partition(cfg: PageAttentionConfig, args: PageAttentionArgs) -> int:
@@ -74,6 +94,14 @@ class CudaPageAttention(KernelImpl):
         if cfg.fwd_params is None or cfg.fwd_params.kv_blocksize is None:
             raise ValueError("cuda page_attention needs fwd_params.kv_blocksize (tokens per partition) or num_splits")
         return int(cfg.fwd_params.kv_blocksize)
+
+    @staticmethod
+    def _stages(cfg: PageAttentionConfig, args: PageAttentionArgs, partition: int) -> int:
+        if cfg.fwd_params is not None and cfg.fwd_params.num_stages is not None:
+            return int(cfg.fwd_params.num_stages)
+        return H.heuristic_stages(
+            args.num_groups, args.head_dim, partition, args.block_size, _itemsize(args), LANE_VARIANT
+        )
 
     def run(self, args: PageAttentionArgs, cfg: PageAttentionConfig) -> jax.Array:
         _ffi.ensure_registered()
@@ -108,5 +136,7 @@ class CudaPageAttention(KernelImpl):
             window_left=np.int32(-1 if window is None else window),
             partition=np.int32(partition),
             num_sinks=np.int32(num_sinks),
+            stages=np.int32(self._stages(cfg, args, partition)),
+            variant=np.int32(LANE_VARIANT),
         )
         return out[:, None] if args.query_had_seq_axis else out
