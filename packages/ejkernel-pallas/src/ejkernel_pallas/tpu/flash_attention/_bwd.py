@@ -149,7 +149,9 @@ def backward(
     k_padded = sk_pad != spec.seq_k
 
     dout = dout.astype(q.dtype)
-    delta = jnp.einsum("bhqd,bhqd->bhq", dout.astype(F32), out.astype(F32))
+    # D = rowsum(dO ∘ O), elementwise: exact float32 (an einsum is a matmul at the TPU's default,
+    # bfloat16-pass precision)
+    delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1)
     lse_in = _row_stat(jnp.where(lse == -jnp.inf, jnp.inf, lse), sq_pad, jnp.inf)  # P = 0 where empty
     di_in = _row_stat(delta, sq_pad, 0.0)
     qp, dop = pad_heads_and_seq(q, sq_pad, d), pad_heads_and_seq(dout, sq_pad, dv)
