@@ -51,7 +51,7 @@ def stage_bytes(head_dim: int, itemsize: int, variant: int = 0) -> int:
 def resident_ctas(groups: int, head_dim: int, itemsize: int = 2, variant: int = 0) -> int:
     """CTAs of pass 1 per SM that the heuristic plans for. The tensor-core path is built for 3 (168
     registers) but at d128 runs best as 2 CTAs x 3 slots of 32 KiB (measured on an H200, b32
-    h32/8 ctx8192: 3 CTAs x 2 slots is 4-20% slower); at d64 4. The FMA path by registers (ptxas
+    h32/8 ctx8192: 3 CTAs x 2 slots is 6-23% slower); at d64 4. The FMA path by registers (ptxas
     -v, sm_90a): ~250 for 8-head tiles (2), 130-155 for 4 heads (3), under 100 below (4)."""
     if uses_mma(itemsize, head_dim, variant):
         return 2 if head_dim == 128 else 4
