@@ -12,10 +12,9 @@ import argparse
 import json
 
 import jax.numpy as jnp
-import numpy as np
 
 import ejkernel
-from ejkernel.cli.bench import _timed, measure_copy_gbps
+from ejkernel.cli.bench import PageShape, _timed, measure_copy_gbps
 from ejkernel.ops import device_for_arrays
 from ejkernel.testing import conformance as C
 from ejkernel_cuda.page_attention import heuristics as H
@@ -33,16 +32,9 @@ def main() -> None:
     ap.add_argument("--variants", default="0,1", help="0: tensor cores, 1: FMAs")
     ap.add_argument("--out")
     a = ap.parse_args()
-    rng = np.random.default_rng(0)
     dt = jnp.dtype(a.dtype)
-    pages = -(-a.context // a.block_size)
-    nb = a.b * pages
-    kc = jnp.asarray(rng.standard_normal((nb, a.block_size, a.hk, a.d)), dt)
-    vc = jnp.asarray(rng.standard_normal((nb, a.block_size, a.hk, a.d)), dt)
-    q = jnp.asarray(rng.standard_normal((a.b, a.h, a.d)), dt)
-    tables = jnp.asarray(rng.permutation(nb).reshape(a.b, pages), jnp.int32)
-    lens = jnp.full((a.b,), a.context, jnp.int32)
-    nbytes = 2 * a.b * a.context * a.hk * a.d * dt.itemsize + 2 * q.nbytes
+    shape = PageShape(b=a.b, h=a.h, hk=a.hk, d=a.d, context=a.context, block_size=a.block_size)
+    (q, kc, vc, lens, tables), nbytes = shape.inputs(dt)
     peak = measure_copy_gbps(min(2 * kc.nbytes, 2**31), a.repeats)
     impl = ejkernel.kernel_registry.get("page_attention", platform="cuda")
     args = C.bind("page_attention", query=q, key_cache=kc, value_cache=vc, context_lens=lens, block_tables=tables)

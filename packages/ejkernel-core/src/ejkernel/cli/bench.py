@@ -77,6 +77,22 @@ class PageShape:
     def label(self) -> str:
         return f"b{self.b} h{self.h}/{self.hk} d{self.d} ctx{self.context} bs{self.block_size}"
 
+    def inputs(self, dtype: Any, seed: int = 0) -> tuple[tuple[Any, ...], int]:
+        """Random ``(query, key_cache, value_cache, context_lens, block_tables)`` with every
+        sequence at full ``context`` on randomly permuted pages, and the bytes a decode moves
+        (K and V rows read, query read, output written)."""
+        rng = np.random.default_rng(seed)
+        dt = jnp.dtype(dtype)
+        pages = -(-self.context // self.block_size)
+        num_blocks = self.b * pages
+        kc = jnp.asarray(rng.standard_normal((num_blocks, self.block_size, self.hk, self.d)), dt)
+        vc = jnp.asarray(rng.standard_normal((num_blocks, self.block_size, self.hk, self.d)), dt)
+        q = jnp.asarray(rng.standard_normal((self.b, self.h, self.d)), dt)
+        tables = jnp.asarray(rng.permutation(num_blocks).reshape(self.b, pages), jnp.int32)
+        lens = jnp.full((self.b,), self.context, jnp.int32)
+        nbytes = 2 * self.b * self.context * self.hk * self.d * dt.itemsize + 2 * q.nbytes
+        return (q, kc, vc, lens, tables), nbytes
+
 
 def measure_copy_gbps(nbytes: int, repeats: int = 10) -> float:
     """Device-to-device copy bandwidth (bytes read + written per second, in GB/s).
@@ -370,18 +386,9 @@ def bench_page_attention(
     jdt = jnp.dtype(dtype)
     peak = None
     for shape in shapes:
-        rng = np.random.default_rng(0)
-        bpseq = -(-shape.context // shape.block_size)
-        num_blocks = shape.b * bpseq
-        kc = jnp.asarray(rng.standard_normal((num_blocks, shape.block_size, shape.hk, shape.d)), jdt)
-        vc = jnp.asarray(rng.standard_normal((num_blocks, shape.block_size, shape.hk, shape.d)), jdt)
-        q = jnp.asarray(rng.standard_normal((shape.b, shape.h, shape.d)), jdt)
-        tables = jnp.asarray(rng.permutation(num_blocks).reshape(shape.b, bpseq), jnp.int32)
-        lens = jnp.full((shape.b,), shape.context, jnp.int32)
+        (q, kc, vc, lens, tables), nbytes = shape.inputs(jdt)
         if peak is None:
             peak = measure_copy_gbps(min(2 * kc.nbytes, 2**31), repeats)
-        itemsize = jdt.itemsize
-        nbytes = 2 * shape.b * shape.context * shape.hk * shape.d * itemsize + 2 * q.nbytes
 
         args = C.bind("page_attention", query=q, key_cache=kc, value_cache=vc, context_lens=lens, block_tables=tables)
         candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []

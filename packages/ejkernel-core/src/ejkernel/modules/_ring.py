@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .attention import AttentionArgs, _varying_axes, vary_like
+from .attention import AttentionArgs, _varying_axes, output_rowsum, softmax_aux_grad, vary_like
 
 F32 = jnp.float32
 NEG_INF = -jnp.inf
@@ -351,11 +351,7 @@ def _ring_bwd(plan: RingPlan, res: tuple, dout: Any):
         dk, dv = lax.ppermute(add(recv, part), axis, _ring_perm(n))  # the last hop: home
     daux = None
     if aux is not None:
-        # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse) and D = rowsum(dO ∘ O).
-        delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, q]
-        lse_b = jnp.where(lse == NEG_INF, jnp.inf, lse)
-        p_sink = jnp.exp(aux.astype(F32)[None, :, None, :] - lse_b[..., None])  # [b, h, Lq, n]
-        daux = -(p_sink * delta[..., None]).sum(axis=(0, 2))
+        daux = softmax_aux_grad(aux, lse, output_rowsum(dout, out))
     grads = (dq, dk, dv, dbias, daux)
     primals = (q, k, v, bias, aux)
     return (*(None if g is None else _typed_like(g, x) for g, x in zip(grads, primals, strict=True)), None, None, None)

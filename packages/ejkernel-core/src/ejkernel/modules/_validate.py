@@ -98,6 +98,18 @@ def mesh_axis_size(mesh: Any, entry: Any) -> int:
     return size
 
 
+def check_batch_head_shards(op: str, batch: int, heads: int, kv_heads: int, mesh: Any, qb: Any, qh: Any) -> None:
+    """``ValueError`` unless batch and both head counts divide over the mesh axes sharding them."""
+    nb, nh = mesh_axis_size(mesh, qb), mesh_axis_size(mesh, qh)
+    if batch % nb:
+        raise ValueError(f"{op}: batch {batch} is not divisible by the {nb} shards of mesh axis {qb!r}")
+    if heads % nh or kv_heads % nh:
+        raise ValueError(
+            f"{op}: num_heads {heads} and num_kv_heads {kv_heads} must be divisible by the {nh} shards of "
+            f"mesh axis {qh!r}"
+        )
+
+
 def spec_entries(op: str, name: str, spec: Any, ndim: int) -> tuple[Any, ...]:
     """A PartitionSpec padded with ``None`` to ``ndim`` entries."""
     from jax.sharding import PartitionSpec

@@ -342,6 +342,22 @@ def vary_like(tree: Any, *refs: Any) -> Any:
     return jax.tree.map(cast, tree)
 
 
+def output_rowsum(dout: Any, out: Any) -> jax.Array:
+    """``D = rowsum(dO ∘ O)`` of BSHD ``dout`` and ``out``: float32 ``[b, h, sq]``, computed
+    elementwise (exact float32: an einsum is a matmul, TF32 on GPUs and bfloat16 passes on TPUs)."""
+    return (dout.astype(jnp.float32) * out.astype(jnp.float32)).sum(axis=-1).transpose(0, 2, 1)
+
+
+def softmax_aux_grad(aux: Any, lse: Any, delta: Any) -> jax.Array:
+    """Gradient of the sinks ``softmax_aux [h, n]``: ``d(sink) = -Σ_rows exp(sink - lse) · D``, with
+    each row's log-sum-exp ``lse`` and ``D = rowsum(dO ∘ O)``, both float32 ``[b, h, sq]`` (a sink
+    takes probability mass from every key but carries no value; a row with ``lse = -inf`` adds 0).
+    Float32 ``[h, n]``."""
+    lse = jnp.where(lse == -jnp.inf, jnp.inf, lse)
+    p_sink = jnp.exp(aux.astype(jnp.float32)[None, :, None, :] - lse[..., None])  # [b, h, sq, n]
+    return -(p_sink * delta[..., None]).sum(axis=(0, 2))
+
+
 _GOLDEN = 0x9E3779B9
 
 
@@ -471,14 +487,7 @@ class DenseAttentionOp(Kernel):
             )
         if qd is not None:
             raise ValueError(f"{op}: the head_dim axis cannot be sharded (got {in_specs[0]})")
-        nb, nh = V.mesh_axis_size(mesh, qb), V.mesh_axis_size(mesh, qh)
-        if a.batch % nb:
-            raise ValueError(f"{op}: batch {a.batch} is not divisible by the {nb} shards of mesh axis {qb!r}")
-        if a.num_heads % nh or a.num_kv_heads % nh:
-            raise ValueError(
-                f"{op}: num_heads {a.num_heads} and num_kv_heads {a.num_kv_heads} must both be divisible by the "
-                f"{nh} shards of mesh axis {qh!r}"
-            )
+        V.check_batch_head_shards(op, a.batch, a.num_heads, a.num_kv_heads, mesh, qb, qh)
 
         def broadcast_spec(x: Any) -> Any:  # [batch or 1, heads or 1, ...]
             return P(qb if x.shape[0] > 1 else None, qh if x.shape[1] > 1 else None, None, None)

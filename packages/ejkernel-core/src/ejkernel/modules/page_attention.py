@@ -246,14 +246,7 @@ class PageAttention(Kernel):
                 raise ValueError(
                     f"{op}: {name} may only be sharded over kv heads, like the query's heads ({qh!r}); got {spec}"
                 )
-        nh = V.mesh_axis_size(mesh, qh)
-        if a.num_heads % nh or a.num_kv_heads % nh:
-            raise ValueError(
-                f"{op}: num_heads {a.num_heads} and num_kv_heads {a.num_kv_heads} must be divisible by the {nh} "
-                f"shards of mesh axis {qh!r}"
-            )
-        if a.batch % V.mesh_axis_size(mesh, qb):
-            raise ValueError(f"{op}: batch {a.batch} is not divisible by the shards of mesh axis {qb!r}")
+        V.check_batch_head_shards(op, a.batch, a.num_heads, a.num_kv_heads, mesh, qb, qh)
         if len(in_specs) == 5:
             for name, spec, nd in (("context_lens", in_specs[3], 1), ("block_tables", in_specs[4], 2)):
                 if V.spec_entries(op, name, spec, nd) != (qb,) + (None,) * (nd - 1):

@@ -255,14 +255,7 @@ class RingAttention(DenseAttentionOp):
                     f"mesh axis {axis!r} ({how}): query {V.shape_str(a.query)}, key {V.shape_str(a.key)}, "
                     f"value {V.shape_str(a.value)}"
                 )
-        nb, nh = V.mesh_axis_size(mesh, qb), V.mesh_axis_size(mesh, qh)
-        if a.batch % nb:
-            raise ValueError(f"{op}: batch {a.batch} is not divisible by the {nb} shards of mesh axis {qb!r}")
-        if a.num_heads % nh or a.num_kv_heads % nh:
-            raise ValueError(
-                f"{op}: num_heads {a.num_heads} and num_kv_heads {a.num_kv_heads} must both be divisible by the "
-                f"{nh} shards of mesh axis {qh!r}"
-            )
+        V.check_batch_head_shards(op, a.batch, a.num_heads, a.num_kv_heads, mesh, qb, qh)
 
         def rows_spec(x: Any) -> Any:  # [batch or 1, heads or 1, seq_q or 1, all keys or 1]
             return P(qb if x.shape[0] > 1 else None, qh if x.shape[1] > 1 else None, axis if x.shape[2] > 1 else None)

@@ -15,7 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ejkernel.modules.attention import AttentionArgs, dropout_threshold, key_bounds
+from ejkernel.modules.attention import (
+    AttentionArgs,
+    dropout_threshold,
+    key_bounds,
+    output_rowsum,
+    softmax_aux_grad,
+)
 from ejkernel.ops import BwdParams, FwdParams
 
 from .._launch import launch
@@ -58,6 +64,10 @@ class Spec:
     fwd: tuple[int, int, int, int]  # block_m, block_n, warps, stages
     bwd: tuple[int, int, int, int]  # block_m (dK/dV query block, dQ key block), block_n, warps, stages
     f32_out: bool = False  # output and gradients in float32 (the log-sum-exp protocol's blocks)
+
+    def out_dtype(self, like: Any) -> Any:
+        """The dtype of an output or gradient shaped like ``like``."""
+        return F32 if self.f32_out else like.dtype
 
     @property
     def groups(self) -> int:
@@ -185,7 +195,7 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
         flash_fwd_kernel,
         *args,
         out_shape=[
-            jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), F32 if spec.f32_out else q.dtype),
+            jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), spec.out_dtype(q)),
             jax.ShapeDtypeStruct((b, h, sq), F32),
         ],
         grid=(_cdiv(sq, block_m), b * h),
@@ -218,8 +228,7 @@ def backward(
     """``dq``, ``dk``, ``dv`` and, with ``write_dbias``, ``dS`` ``[b, h, sq, sk]`` (float32)."""
     b, sq, sk, h, hk = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads, spec.num_kv_heads
     block_m, block_n, warps, stages = spec.bwd
-    # D = rowsum(dO ∘ O), elementwise: exact float32 (an einsum would run in TF32 on the GPU)
-    delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, sq]
+    delta = output_rowsum(dout, out)  # [b, h, sq]
     dout = dout.astype(q.dtype)  # the tensor-core products take one input dtype
     lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)  # empty rows: exp(s - lse) = 0
     common = _common_inputs(spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed)
@@ -241,8 +250,8 @@ def backward(
         hk,
         spec.groups,
         out_shape=[
-            jax.ShapeDtypeStruct(k.shape, F32 if spec.f32_out else k.dtype),
-            jax.ShapeDtypeStruct(v.shape, F32 if spec.f32_out else v.dtype),
+            jax.ShapeDtypeStruct(k.shape, spec.out_dtype(k)),
+            jax.ShapeDtypeStruct(v.shape, spec.out_dtype(v)),
         ],
         grid=(_cdiv(sk, block_n), b * hk),
         num_warps=warps,
@@ -266,7 +275,7 @@ def backward(
         h,
         spec.groups,
         out_shape=[
-            jax.ShapeDtypeStruct(q.shape, F32 if spec.f32_out else q.dtype),
+            jax.ShapeDtypeStruct(q.shape, spec.out_dtype(q)),
             jax.ShapeDtypeStruct(dbias_shape, F32),
         ],
         grid=(_cdiv(sq, block_n), b * h),
@@ -384,11 +393,7 @@ def _attention_bwd(spec: Spec, res, dout):
         dbias = _reduce_dbias(ds, bias).astype(bias.dtype)
     aux = vals["aux"]
     if aux is not None:
-        # d(sink) = -Σ_rows P_sink · D, with P_sink = exp(sink - lse) and D = rowsum(dO ∘ O).
-        delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1).transpose(0, 2, 1)  # [b, h, sq]
-        lse_b = jnp.where(lse == -jnp.inf, jnp.inf, lse)
-        p_sink = jnp.exp(aux.astype(F32)[None, :, None, :] - lse_b[..., None])  # [b, h, sq, n]
-        daux = -(p_sink * delta[..., None]).sum(axis=(0, 2)).astype(aux.dtype)
+        daux = softmax_aux_grad(aux, lse, output_rowsum(dout, out)).astype(aux.dtype)
     return dq, dk, dv, dbias, daux, None, None, None, None, None
 
 

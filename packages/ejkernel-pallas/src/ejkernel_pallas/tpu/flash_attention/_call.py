@@ -12,12 +12,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ejkernel.modules.attention import AttentionArgs
+from ejkernel.modules.attention import AttentionArgs, softmax_aux_grad
 from ejkernel.ops import BwdParams, FwdParams
 
 from ._bwd import backward
 from ._fwd import forward
-from ._spec import F32, Spec
+from ._spec import Spec
 from .heuristics import effective_blocks
 
 
@@ -56,10 +56,7 @@ def _attention_bwd(spec: Spec, res, dout):
     dq, dk, dv, delta = backward(spec, q, k, v, q_seg, kv_seg, out, lse, dout)
     dsinks = None
     if sinks is not None:
-        # d(sink) = -Σ_rows P_sink · D with P_sink = exp(sink - lse): a sink takes probability
-        # mass from every key but carries no value.
-        p_sink = jnp.exp(sinks.astype(F32)[None, :, None, :] - lse[..., None])  # [b, h, sq, n]
-        dsinks = -(p_sink * delta[..., None]).sum(axis=(0, 2)).astype(sinks.dtype)
+        dsinks = softmax_aux_grad(sinks, lse, delta).astype(sinks.dtype)
     return dq, dk, dv, None, None, dsinks
 
 

@@ -63,17 +63,22 @@ def bwd_vmem_bytes(block_q: int, block_k: int, d: int, dv: int, itemsize: int, s
     return 2 * (tiles + outs) + scratch + 5 * block_q * block_k * _F32
 
 
+def _fit(vmem_bytes, bq: int, bk: int, seq_q: int, seq_k: int, d: int, dv: int, dtype: Any, segments: bool):
+    """Halve the key block (down to a lane row), then the query block (down to a sublane tile),
+    until ``vmem_bytes`` fits the budget; then fit the blocks to the sequences."""
+    itemsize = _itemsize(dtype)
+    while vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bk > NUM_LANES:
+        bk //= 2
+    while vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bq > sublanes(dtype):
+        bq //= 2
+    return effective_blocks(bq, bk, seq_q, seq_k, dtype)
+
+
 def heuristic_fwd(seq_q: int, seq_k: int, d: int, dv: int, dtype: Any, segments: bool) -> FwdParams:
     # 512×512: large enough that the per-step overhead (~0.35 µs) and the re-reads of K/V per
     # query block stay small against the MXU work, small enough to double-buffer in 16 MiB of
     # VMEM with head dims up to 256 (the block sizes MaxText's splash attention uses on v5e/v6e).
-    bq, bk = 512, 512
-    itemsize = _itemsize(dtype)
-    while fwd_vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bk > NUM_LANES:
-        bk //= 2
-    while fwd_vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bq > sublanes(dtype):
-        bq //= 2
-    bq, bk = effective_blocks(bq, bk, seq_q, seq_k, dtype)
+    bq, bk = _fit(fwd_vmem_bytes, 512, 512, seq_q, seq_k, d, dv, dtype, segments)
     return FwdParams(q_blocksize=bq, kv_blocksize=bk)
 
 
@@ -81,13 +86,7 @@ def heuristic_bwd(seq_q: int, seq_k: int, d: int, dv: int, dtype: Any, segments:
     # The backward holds twice the tiles and five logits-sized temporaries: 256 query rows
     # against 512 resident keys keeps a d=256 bfloat16 step under the budget, and the resident
     # key block amortizes the dK/dV accumulators over many query steps.
-    bq, bk = 256, 512
-    itemsize = _itemsize(dtype)
-    while bwd_vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bk > NUM_LANES:
-        bk //= 2
-    while bwd_vmem_bytes(bq, bk, d, dv, itemsize, segments) > VMEM_BUDGET and bq > sublanes(dtype):
-        bq //= 2
-    bq, bk = effective_blocks(bq, bk, seq_q, seq_k, dtype)
+    bq, bk = _fit(bwd_vmem_bytes, 256, 512, seq_q, seq_k, d, dv, dtype, segments)
     return BwdParams(q_blocksize=bq, kv_blocksize=bk)
 
 
