@@ -15,8 +15,8 @@ XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${CUDA_TEST_S:-200} python3 -m pytes
   -k "cuda or test_registered or test_extension" -q -p no:cacheprovider -o addopts="" -n 4 -rf \
   > "$logs/cuda_tests.txt" 2>&1
 grep -E "passed|failed|FAILED|Error" "$logs/cuda_tests.txt" | tail -8
-timeout ${SWEEP_S:-100} python3 benchmarks/cuda_decode_sweep.py --context 8192 ${SWEEP_ARGS:-} --out "$out/cuda_sweep_8192.json" 2>&1 | tail -45
-[ "${SWEEP_LONG:-1}" = 1 ] && timeout 90 python3 benchmarks/cuda_decode_sweep.py --context 32768 --partitions 1024,2048,4096 \
+[ "${SWEEP:-1}" = 1 ] && timeout ${SWEEP_S:-100} python3 benchmarks/cuda_decode_sweep.py --context 8192 ${SWEEP_ARGS:-} --out "$out/cuda_sweep_8192.json" 2>&1 | tail -45
+[ "${SWEEP:-1}${SWEEP_LONG:-1}" = 11 ] && timeout 90 python3 benchmarks/cuda_decode_sweep.py --context 32768 --partitions 1024,2048,4096 \
   --stages 2,3,4 --repeats 10 ${SWEEP_ARGS_LONG:-} --out "$out/cuda_sweep_32768.json" 2>&1 | tail -16
 [ "${BENCH:-1}" = 1 ] || exit 0
 timeout ${BENCH_S:-150} python3 -m ejkernel bench page_attention --dtype bfloat16 --b 32 --h 32 --hk 8 --d 128 --block-size 16 \
