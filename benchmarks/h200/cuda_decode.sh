@@ -3,6 +3,7 @@
 # the shared page_attention conformance cases, sweep the launch configs, and run the benchmark.
 # From the repository root on the GPU machine: bash .whl/install.sh && bash benchmarks/h200/cuda_decode.sh
 # JSON records go to $OUT (or /tmp/out), text logs to $LOGS (default: the same folder).
+# SWEEP=0 skips both sweeps (SWEEP_LONG=0 the 32k one; SWEEP_ARGS / SWEEP_ARGS_LONG add options), BENCH=0 the benchmark.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; logs=${LOGS:-$out}; mkdir -p "$out" "$logs"
