@@ -24,7 +24,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from .._pallas import compiler_params, lanes
 from .._tiling import NUM_LANES, NUM_SUBLANES, cdiv, round_up
-from ._fwd import pad_heads_and_seq, segment_tiles
+from ._fwd import band_maps, band_segment_specs, pad_heads_and_seq, segment_tiles
 from ._plan import plan_blocks
 from ._spec import F32, NT_DIMS, Spec, element_mask, logits
 
@@ -206,15 +206,7 @@ def backward(
     )(jnp.asarray(plan.q_lo), jnp.asarray(plan.q_hi), *plan_full, qp, kp, vp, dop, lse_in, di_in, *seg_inputs)
 
     # -- dQ ---------------------------------------------------------------------------------
-    def kv_block(i, step, kv_lo, kv_hi):
-        return jnp.minimum(kv_lo[i] + step, jnp.maximum(kv_hi[i] - 1, 0))
-
-    def dq_q_map(bi, hi, i, step, *_):
-        return bi, hi, i, 0
-
-    def dq_kv_map(bi, hi, i, step, kv_lo, kv_hi, *_):
-        return bi, hi // g, kv_block(i, step, kv_lo, kv_hi), 0
-
+    dq_q_map, dq_kv_map = band_maps(g)
     in_specs = [
         pl.BlockSpec((None, None, block_q, d), dq_q_map),
         pl.BlockSpec((None, None, block_k, d), dq_kv_map),
@@ -224,13 +216,7 @@ def backward(
         pl.BlockSpec((None, None, block_q, NUM_LANES), dq_q_map),
     ]
     if spec.has_segments:
-        in_specs += [
-            pl.BlockSpec((None, block_q, NUM_LANES), lambda bi, hi, i, step, *_: (bi, i, 0)),
-            pl.BlockSpec(
-                (None, NUM_SUBLANES, block_k),
-                lambda bi, hi, i, step, kv_lo, kv_hi, *_: (bi, 0, kv_block(i, step, kv_lo, kv_hi)),
-            ),
-        ]
+        in_specs += band_segment_specs(block_q, block_k)
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, spec=spec, steps=plan.kv_steps, k_padded=k_padded),
         grid_spec=pltpu.PrefetchScalarGridSpec(

@@ -23,6 +23,37 @@ from .._tiling import MASK_VALUE, NUM_LANES, NUM_SUBLANES, cdiv, round_up
 from ._plan import plan_blocks
 from ._spec import F32, Spec, element_mask, logits
 
+# A grid of (batch, head, query block, kv step) walks each query block's band of kv blocks
+# [kv_lo[i], kv_hi[i]) (scalar-prefetched): the forward's and the backward dQ pass's.
+
+
+def _band_kv_block(i: Any, step: Any, kv_lo: Any, kv_hi: Any) -> Any:
+    # Idle steps (past the band) repeat the last block: the pipeline skips the copy.
+    return jnp.minimum(kv_lo[i] + step, jnp.maximum(kv_hi[i] - 1, 0))
+
+
+def band_maps(g: int) -> tuple[Any, Any]:
+    """Index maps of the query rows and of the key/value rows (``g`` query heads per KV head)."""
+
+    def q_map(bi, hi, i, step, *_):
+        return bi, hi, i, 0
+
+    def kv_map(bi, hi, i, step, kv_lo, kv_hi, *_):
+        return bi, hi // g, _band_kv_block(i, step, kv_lo, kv_hi), 0
+
+    return q_map, kv_map
+
+
+def band_segment_specs(block_q: int, block_k: int) -> list[Any]:
+    """Block specs of the query and key segment-id tiles (see :func:`segment_tiles`)."""
+    return [
+        pl.BlockSpec((None, block_q, NUM_LANES), lambda bi, hi, i, step, *_: (bi, i, 0)),
+        pl.BlockSpec(
+            (None, NUM_SUBLANES, block_k),
+            lambda bi, hi, i, step, kv_lo, kv_hi, *_: (bi, 0, _band_kv_block(i, step, kv_lo, kv_hi)),
+        ),
+    ]
+
 
 def _fwd_kernel(
     kv_lo_ref, kv_hi_ref, full_lo_ref, full_hi_ref,  # scalar prefetch (SMEM), [nq] each
@@ -131,16 +162,7 @@ def forward(spec: Spec, q: Any, k: Any, v: Any, q_seg: Any, kv_seg: Any, sinks: 
     )  # fmt: skip
     nq, steps = cdiv(spec.seq_q, block_q), plan.kv_steps
 
-    def kv_block(i, step, kv_lo, kv_hi):
-        # Idle steps (past the band) repeat the last block: the pipeline skips the copy.
-        return jnp.minimum(kv_lo[i] + step, jnp.maximum(kv_hi[i] - 1, 0))
-
-    def q_map(bi, hi, i, step, *plan_refs):
-        return bi, hi, i, 0
-
-    def kv_map(bi, hi, i, step, kv_lo, kv_hi, *_):
-        return bi, hi // g, kv_block(i, step, kv_lo, kv_hi), 0
-
+    q_map, kv_map = band_maps(g)
     inputs = [pad_heads_and_seq(q, sq_pad, d), pad_heads_and_seq(k, sk_pad, d), pad_heads_and_seq(v, sk_pad, dv)]
     in_specs = [
         pl.BlockSpec((None, None, block_q, d), q_map),
@@ -149,13 +171,7 @@ def forward(spec: Spec, q: Any, k: Any, v: Any, q_seg: Any, kv_seg: Any, sinks: 
     ]
     if spec.has_segments:
         inputs += segment_tiles(q_seg, kv_seg, sq_pad, sk_pad)
-        in_specs += [
-            pl.BlockSpec((None, block_q, NUM_LANES), lambda bi, hi, i, step, *_: (bi, i, 0)),
-            pl.BlockSpec(
-                (None, NUM_SUBLANES, block_k),
-                lambda bi, hi, i, step, kv_lo, kv_hi, *_: (bi, 0, kv_block(i, step, kv_lo, kv_hi)),
-            ),
-        ]
+        in_specs += band_segment_specs(block_q, block_k)
     if spec.num_sinks:
         inputs.append(sinks.astype(F32).reshape(-1))
         in_specs.append(smem_spec())
