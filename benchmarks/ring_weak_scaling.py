@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=None, help="seconds; scales not started by then are skipped")
     p.add_argument("--cpu", action="store_true", help="run on simulated CPU devices (XLA_FLAGS device count)")
     p.add_argument("--out", type=Path, default=None, help="write the JSON results here")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="also trace 3 forward + backward calls per scale under this folder and summarize GPU 0's kernels",
+    )
     return p.parse_args(argv)
 
 
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return make(key)
 
-    def measure(fn: Any, inputs: tuple[Any, ...], dout: Any) -> dict[str, Any]:
+    def measure(fn: Any, inputs: tuple[Any, ...], dout: Any, label: str) -> dict[str, Any]:
         """Compile and time the forward and the forward + backward of ``fn``."""
         fwd = jax.jit(fn)
         t0 = time.perf_counter()
@@ -145,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         fwd_ms = time_callable(lambda: fwd_c(*inputs), args.repeats, warmup=args.warmup)
         fwdbwd_ms = time_callable(lambda: bwd_c(*inputs, dout), args.repeats, warmup=args.warmup)
         mem = bwd_c.memory_analysis()
+        profile = None
+        if args.profile is not None:
+            profile = _profile(bwd_c, (*inputs, dout), args.profile / label)
         return {
+            "profile_gpu0": profile,
             "fwd_ms": fwd_ms,
             "fwdbwd_ms": fwdbwd_ms,
             "compile_s": round(compile_fwd + compile_bwd, 2),
@@ -189,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             "impl": f"ring_attention/{log[0].impl}" if log else None,
             "config": log[0].config.tuning_fields() if log else None,
         }
-        row.update(measure(ring, (q, k, v), do))
+        row.update(measure(ring, (q, k, v), do, f"ring_n{n}"))
         flops = attention_flops(b, h, s, d, args.causal)
         row["tflops_per_device_fwd"] = flops / n / (row["fwd_ms"] * 1e-3) / 1e12
         row["tflops_per_device_fwdbwd"] = 3.5 * flops / n / (row["fwdbwd_ms"] * 1e-3) / 1e12
@@ -210,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 jax.eval_shape(flash, q, k, v)
             flash_baseline = {
                 "impl": f"flash_attention/{log[0].impl}" if log else None,
-                **measure(flash, (q, k, v), do),
+                **measure(flash, (q, k, v), do, "flash_n1"),
             }
             print(f"     flash_attention on 1 device: fwd {flash_baseline['fwd_ms']:.3f} ms, "
                   f"fwd+bwd {flash_baseline['fwdbwd_ms']:.3f} ms", flush=True)  # fmt: skip
@@ -230,6 +240,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         print(f"wrote {args.out}")
     return 0
+
+
+def _profile(compiled: Any, inputs: tuple[Any, ...], folder: Path, calls: int = 3) -> Any:
+    """Trace ``calls`` calls of ``compiled`` and return GPU 0's summary (None off GPU)."""
+    import jax
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gpu_trace_summary import render, summarize, timeline
+
+    jax.block_until_ready(compiled(*inputs))
+    with jax.profiler.trace(str(folder)):
+        for _ in range(calls):
+            jax.block_until_ready(compiled(*inputs))
+    summary = summarize(folder, calls=calls, top=12)
+    print(render({"devices": {k: v for k, v in summary["devices"].items() if k == 0}}), flush=True)
+    gpu0 = summary["devices"].get(0)
+    if gpu0 is not None and len(gpu0["streams"]) > 1:  # communication: when it runs (in the JSON)
+        gpu0["timeline_call1"] = timeline(folder, 0, call=1)
+    return gpu0
 
 
 def _report_factory(env: dict[str, Any], config: dict[str, Any], start: float) -> Any:
