@@ -229,8 +229,9 @@ def _ring_loop_bodies(jaxpr):
 
 
 def test_transfers_are_issued_before_the_step_computes(ring_mesh):
-    """In each ring step (forward: K/V; backward: K/V and the previous block's dK/dV) every
-    ``ppermute`` comes before the step's first kernel loop or matmul, so they can overlap."""
+    """Each ring step (forward: K/V; backward: K/V and the previous block's dK/dV) sends one
+    packed buffer, with one ``ppermute`` that comes before the step's first kernel loop or
+    matmul, so that it can overlap."""
     x = jnp.zeros((1, 64, 2, 8))
 
     def loss(q, k, v):
@@ -240,12 +241,48 @@ def test_transfers_are_issued_before_the_step_computes(ring_mesh):
         return jnp.sum(out)
 
     bodies = list(_ring_loop_bodies(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(x, x, x).jaxpr))
-    counts = sorted(sum(e.primitive.name == "ppermute" for e in body.eqns) for body in bodies)
-    assert counts == [2, 4], counts  # forward: k, v; backward: k, v, dk, dv
+    sent = sorted(
+        [int(np.prod(e.invars[0].aval.shape)) for e in body.eqns if e.primitive.name == "ppermute"] for body in bodies
+    )
+    # 32-bit words: forward k, v (f32 [1, 8, 2, 8] each); backward k, v, dk, dv.
+    assert sent == [[2 * 128], [4 * 128]], sent
     for body in bodies:
         names = [e.primitive.name for e in body.eqns]
         first_compute = min(i for i, n in enumerate(names) if n in ("scan", "while", "cond", "dot_general"))
         assert max(i for i, n in enumerate(names) if n == "ppermute") < first_compute, names
+
+
+@pytest.mark.parametrize("odd", [False, True], ids=["words", "bytes"])
+def test_packed_transfer_moves_every_array_bit_for_bit(ring_mesh, odd):
+    """``_send_next`` packs mixed dtypes (32-bit words, or bytes when a size needs them) and
+    each device gets exactly what ``ppermute`` of each array would give it."""
+    from jax import lax
+
+    from ejkernel.modules._ring import _ring_perm, _send_next
+
+    rng = np.random.default_rng(0)
+    n = 8
+    tree = {
+        "bf16": jnp.asarray(rng.standard_normal((n, 3, 6)), jnp.bfloat16),
+        "f32": jnp.asarray(rng.standard_normal((n, 5)), jnp.float32),
+        "seg": jnp.asarray(rng.integers(-9, 9, (n, 7)), jnp.int32),
+        "mask": jnp.asarray(rng.random((n, 4)) > 0.5),
+        "none": None,
+    }
+    if odd:
+        tree["f16"] = jnp.asarray(rng.standard_normal((n, 3)), jnp.float16)  # 6 bytes per device
+    spec = jax.tree.map(lambda _: P("sp"), tree)
+
+    def both(t):
+        return _send_next(t, "sp", n), jax.tree.map(lambda x: lax.ppermute(x, "sp", _ring_perm(n)), t)
+
+    packed, each = jax.jit(jax.shard_map(both, mesh=ring_mesh, in_specs=(spec,), out_specs=(spec, spec)))(tree)
+    assert packed["none"] is None
+    for name in tree:
+        if tree[name] is not None:
+            assert packed[name].dtype == tree[name].dtype, name
+            np.testing.assert_array_equal(np.asarray(packed[name]), np.asarray(each[name]), err_msg=name)
+            assert not np.array_equal(np.asarray(packed[name]), np.asarray(tree[name])), name  # it moved
 
 
 def test_zigzag_helpers_round_trip_and_balance():

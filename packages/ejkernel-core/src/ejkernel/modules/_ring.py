@@ -220,6 +220,45 @@ def _ring_perm(n: int) -> list[tuple[int, int]]:
     return [(i, (i + 1) % n) for i in range(n)]
 
 
+def _send_next(tree: Any, axis: Any, n: int) -> Any:
+    """Every array of ``tree`` from each device to the next one on the ring, in one transfer.
+
+    The arrays are bit-cast into one flat buffer and sent by a single ``ppermute``: XLA's GPU
+    scheduler keeps at most one collective-permute in flight beside compute, so separate ones
+    (K, V, dK, dV) ran one after another and the compute stream waited for all but one (1.3 ms
+    of each backward step on 4 H200s, 16k tokens per device). Packing costs one copy of the
+    arrays, which XLA fuses with their producers where it can.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    if len(leaves) <= 1:
+        return lax.ppermute(tree, axis, _ring_perm(n))
+    word = jnp.uint32 if all(x.size * x.dtype.itemsize % 4 == 0 for x in leaves) else jnp.uint8
+    buf = lax.ppermute(jnp.concatenate([_to_words(x, word) for x in leaves]), axis, _ring_perm(n))
+    out, at = [], 0
+    for x in leaves:
+        size = x.size * x.dtype.itemsize // jnp.dtype(word).itemsize
+        out.append(_from_words(buf[at : at + size], x.shape, x.dtype))
+        at += size
+    return jax.tree.unflatten(treedef, out)
+
+
+def _to_words(x: Any, word: Any) -> Any:
+    """``x`` as a flat vector of ``word`` (uint8 or uint32), bit for bit."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    ratio = jnp.dtype(word).itemsize // x.dtype.itemsize  # x's items per word (0: several words each)
+    flat = x.reshape(-1) if ratio <= 1 else x.reshape(-1, ratio)
+    return lax.bitcast_convert_type(flat, word).reshape(-1)
+
+
+def _from_words(words: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """The inverse of :func:`_to_words`."""
+    item = jnp.uint8 if dtype == jnp.bool_ else dtype
+    per = jnp.dtype(item).itemsize // words.dtype.itemsize  # words per item (0: several items each)
+    x = lax.bitcast_convert_type(words if per <= 1 else words.reshape(-1, per), item).reshape(shape)
+    return x.astype(dtype) if dtype == jnp.bool_ else x
+
+
 # -- forward -----------------------------------------------------------------------------------
 
 
@@ -245,7 +284,7 @@ def _forward_ring(plan: RingPlan, loc: Local, k: Any, v: Any, kv_seg: Any, dv: i
 
     def body(t: Any, carry: Any) -> Any:
         kv, acc = carry
-        nxt = lax.ppermute(kv, axis, _ring_perm(n))  # issued before this step computes
+        nxt = _send_next(kv, axis, n)  # issued before this step computes
         return nxt, step(t, kv, acc)
 
     acc = (jnp.zeros((b, L, h, dv), F32), jnp.full((b, L, h), NEG_INF, F32))
@@ -254,7 +293,7 @@ def _forward_ring(plan: RingPlan, loc: Local, k: Any, v: Any, kv_seg: Any, dv: i
     kv = (k, v, kv_seg)
     if n == 1:
         return step(0, kv, acc, first=True)
-    nxt = lax.ppermute(kv, axis, _ring_perm(n))
+    nxt = _send_next(kv, axis, n)
     acc = step(0, kv, acc, first=True)
     kv, acc = lax.fori_loop(1, n - 1, body, (nxt, acc))
     return step(n - 1, kv, acc)
@@ -331,10 +370,10 @@ def _ring_bwd(plan: RingPlan, res: tuple, dout: Any):
 
     def body(t: Any, carry: Any) -> Any:
         kv, dq_db, dkv = carry
-        nxt = lax.ppermute(kv, axis, _ring_perm(n))  # issued before this step computes
-        # The previous block's dK/dV go to the device that now holds that block; this device
-        # receives those of its current block, and adds them only after computing its part.
-        recv = lax.ppermute(dkv, axis, _ring_perm(n))
+        # Issued before this step computes: the next block, and the previous block's dK/dV to
+        # the device that now holds that block; this device receives those of its current
+        # block, and adds them only after computing its part.
+        nxt, recv = _send_next((kv, dkv), axis, n)
         dq_db, part = step(t, kv, dq_db)
         return nxt, dq_db, add(recv, part)
 
@@ -343,12 +382,15 @@ def _ring_bwd(plan: RingPlan, res: tuple, dout: Any):
     if n == 1:
         (dq, dbias), (dk, dv) = step(0, kv, dq_db, first=True)
     else:
-        nxt = lax.ppermute(kv, axis, _ring_perm(n))
+        nxt = _send_next(kv, axis, n)
         dq_db, dkv = step(0, kv, dq_db, first=True)
         kv, dq_db, dkv = lax.fori_loop(1, n - 1, body, (nxt, dq_db, dkv))
-        recv = lax.ppermute(dkv, axis, _ring_perm(n))
+        recv = _send_next(dkv, axis, n)
         (dq, dbias), part = step(n - 1, kv, dq_db)
-        dk, dv = lax.ppermute(add(recv, part), axis, _ring_perm(n))  # the last hop: home
+        # The last hop carries finished sums: in the dtype they are returned in (no extra
+        # rounding; half the bytes of float32 for 16-bit inputs). Nothing is left to overlap it.
+        dk, dv = add(recv, part)
+        dk, dv = _send_next((dk.astype(k.dtype), dv.astype(v.dtype)), axis, n)
     daux = None
     if aux is not None:
         daux = softmax_aux_grad(aux, lse, output_rowsum(dout, out))
