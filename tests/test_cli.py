@@ -81,6 +81,43 @@ def test_bench_page_attention_reports_bandwidth(tmp_path):
     assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
 
 
+@pytest.mark.parametrize(
+    ("fixed_ms", "per_call_ms", "expected"),
+    [(0.75, 0.25, 0.25), (0.75, 0.004, 0.004), (0.0, 2.0, 2.0)],
+    ids=["decode", "tiny", "no-overhead"],
+)
+def test_bench_timer_cancels_the_fixed_cost_of_a_program(monkeypatch, fixed_ms, per_call_ms, expected):
+    """Per call = the slope between two loop lengths: a program's fixed cost (launch, the host's
+    wait) drops out, whatever the per-call time; the longer program runs up to ~40 ms."""
+    from ejkernel.cli import bench
+
+    lengths = []
+
+    def fake_looped(fn, loop=bench.LOOP):
+        lengths.append(loop)
+        return lambda *a: loop
+
+    monkeypatch.setattr(bench, "_looped", fake_looped)
+    monkeypatch.setattr(bench, "time_callable", lambda f, repeats: fixed_ms + f() * per_call_ms)
+    assert bench._timed(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(expected)
+    short, long = lengths
+    assert short == bench.LOOP and 2 * bench.LOOP <= long <= bench.MAX_LOOP
+    program_ms = fixed_ms + long * per_call_ms
+    assert program_ms <= 1.05 * bench.SLOPE_PROGRAM_MS and (
+        long == bench.MAX_LOOP or program_ms > 0.5 * bench.SLOPE_PROGRAM_MS
+    )
+
+
+def test_bench_timer_falls_back_to_the_average_when_the_slope_is_noise(monkeypatch):
+    from ejkernel.cli import bench
+
+    monkeypatch.setattr(bench, "_looped", lambda fn, loop=bench.LOOP: lambda *a: loop)
+    times = iter([1.0, 0.9])  # the longer program measured faster: noise, not a negative cost
+    monkeypatch.setattr(bench, "time_callable", lambda f, repeats: next(times))
+    ms = bench._timed(lambda x: x, (jnp.ones(3),), 3)
+    assert ms is not None and ms > 0
+
+
 def test_bench_rejects_a_bad_shape(capsys):
     assert main(["bench", "flash_attention", "--shape", "1,2,3", "--repeats", "1"]) == 2
     assert "bad --shape" in capsys.readouterr().out

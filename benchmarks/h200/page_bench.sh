@@ -6,5 +6,5 @@ set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 EJKERNEL_CUDA_ARCHS=${EJKERNEL_CUDA_ARCHS:-90a-real} python3 -m pip install -q --no-index --no-deps \
   --no-build-isolation -e packages/ejkernel-cuda > /tmp/cuda_build.txt 2>&1 || { tail -30 /tmp/cuda_build.txt; exit 1; }
-timeout 150 python3 -m ejkernel bench page_attention --dtype bfloat16 --b 32 --h 32 --hk 8 --d 128 --block-size 16 \
+timeout ${PAGE_S:-240} python3 -m ejkernel bench page_attention --dtype bfloat16 --b 32 --h 32 --hk 8 --d 128 --block-size 16 \
   --context 1024 --context 8192 --context 32768 --repeats ${REPEATS:-10} --json "$out/page_attention.json" 2>&1 | tail -18
