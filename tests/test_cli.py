@@ -81,6 +81,18 @@ def test_bench_page_attention_reports_bandwidth(tmp_path):
     assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
 
 
+def _fake_loops(monkeypatch, bench):
+    """Programs that return their loop length instead of running; the lengths built, in order."""
+    lengths = []
+
+    def fake_looped(fn, loop=bench.LOOP):
+        lengths.append(loop)
+        return lambda *a: loop
+
+    monkeypatch.setattr(bench, "_looped", fake_looped)
+    return lengths
+
+
 @pytest.mark.parametrize(
     ("fixed_ms", "per_call_ms", "expected"),
     [(0.75, 0.25, 0.25), (0.75, 0.004, 0.004), (0.0, 2.0, 2.0)],
@@ -91,13 +103,7 @@ def test_bench_timer_cancels_the_fixed_cost_of_a_program(monkeypatch, fixed_ms, 
     wait) drops out, whatever the per-call time; the longer program runs up to ~40 ms."""
     from ejkernel.cli import bench
 
-    lengths = []
-
-    def fake_looped(fn, loop=bench.LOOP):
-        lengths.append(loop)
-        return lambda *a: loop
-
-    monkeypatch.setattr(bench, "_looped", fake_looped)
+    lengths = _fake_loops(monkeypatch, bench)
     monkeypatch.setattr(bench, "time_callable", lambda f, repeats: fixed_ms + f() * per_call_ms)
     assert bench._timed(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(expected)
     short, long = lengths
@@ -111,11 +117,10 @@ def test_bench_timer_cancels_the_fixed_cost_of_a_program(monkeypatch, fixed_ms, 
 def test_bench_timer_falls_back_to_the_average_when_the_slope_is_noise(monkeypatch):
     from ejkernel.cli import bench
 
-    monkeypatch.setattr(bench, "_looped", lambda fn, loop=bench.LOOP: lambda *a: loop)
+    lengths = _fake_loops(monkeypatch, bench)
     times = iter([1.0, 0.9])  # the longer program measured faster: noise, not a negative cost
     monkeypatch.setattr(bench, "time_callable", lambda f, repeats: next(times))
-    ms = bench._timed(lambda x: x, (jnp.ones(3),), 3)
-    assert ms is not None and ms > 0
+    assert bench._timed(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(0.9 / lengths[1])
 
 
 def test_bench_rejects_a_bad_shape(capsys):
