@@ -70,6 +70,30 @@ def test_conformance(case, cfg_id):
     C.check_attention(fn, case)
 
 
+TMA_CASES = [
+    c.with_dtype("float16")
+    for c in C.FLASH_ATTENTION_CASES
+    if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
+]
+TMA_CONFIGS = {
+    "16x16x4": FlashAttentionConfig(fwd_params=FwdParams(16, 16, 4, 1), bwd_params=BwdParams(16, 32, 4, 1)),
+    "32x16x8": FlashAttentionConfig(fwd_params=FwdParams(32, 16, 8, 1), bwd_params=BwdParams(16, 32, 4, 1)),
+}
+
+
+@pytest.mark.parametrize("cfg_id", list(TMA_CONFIGS))
+@pytest.mark.parametrize("case", TMA_CASES, ids=lambda c: c.name)
+def test_tma_forward(case, cfg_id):
+    """16-bit inputs without bias, segments, soft cap, window, sinks, dropout or varlen take the
+    Hopper TMA forward (``_fwd_tma``): odd lengths, GQA/MQA, causal with rows that see no key."""
+    from ejkernel_triton.flash_attention import _call
+
+    cfg = TMA_CONFIGS[cfg_id]
+    args = C.bind("flash_attention", **C.make_attention_inputs(case))
+    assert _call.make_spec(args, cfg.fwd_params, cfg.bwd_params).tma
+    C.check_attention(kernel_fn(cfg), case)
+
+
 def test_vmap_folds_into_the_batch_and_maps_otherwise():
     fn = kernel_fn(CONFIGS["16x16-bwd16x32"])
     rng = np.random.default_rng(0)

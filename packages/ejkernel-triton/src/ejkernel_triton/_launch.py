@@ -1,7 +1,10 @@
 """The one place that launches Triton kernels from JAX.
 
-Every kernel goes through :func:`launch`, which calls ``jax_triton.triton_call``; the jax-triton
-version drift stays in this file. ``jax_triton`` is imported only here, when a kernel is first
+Every kernel goes through :func:`launch`, which calls ``jax_triton.triton_call``, or through
+:func:`launch_compiled`, which compiles the kernel with Triton and lowers the launch to jaxlib's
+Triton custom call itself: that one exists for kernels that jax-triton 0.3.1 cannot launch (device-side
+TMA descriptors need a global scratch buffer, and a warp-specialized kernel runs more warps than it
+was asked for). The jax-triton and jaxlib version drift stays in this file. ``jax_triton`` is imported only here, when a kernel is first
 lowered (0.3.x cannot even be imported without a GPU-enabled jaxlib), so importing this package
 is safe on any machine.
 
@@ -13,15 +16,20 @@ kernels and their host-side wrappers on a machine without a GPU; it is slow and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
+import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.extend
 import numpy as np
+from jax.interpreters import mlir
 
-__all__ = ["availability", "compile_only", "interpreted", "launch"]
+__all__ = ["availability", "compile_only", "compute_capability", "interpreted", "launch", "launch_compiled"]
 
 _INTERPRET = False
 _RECORD: list[dict[str, Any]] | None = None
@@ -92,36 +100,71 @@ def _scalar_type(x: Any) -> str:
     raise TypeError(f"unsupported scalar kernel argument {x!r}")
 
 
-def compile_launch(record: dict[str, Any], capability: int = 90) -> Any:
-    """Compile a recorded launch for ``sm_<capability>`` (no GPU needed: ptxas ships with Triton).
-
-    Scalars equal to 1 become constants and pointers are 16-byte aligned, as jax-triton
-    specializes them.
-    """
+def _compile(
+    kernel: Any,
+    arg_types: Sequence[Any],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    num_stages: int,
+    capability: int,
+    specialize_ones: bool,
+) -> Any:
+    """``triton.compile`` of ``kernel`` for ``sm_<capability>``: ``arg_types`` holds, in the
+    kernel's argument order, a pointer's element type (``"bf16"``) or a scalar's value."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernel = record["kernel"]
-    constexprs = dict(record["constexprs"])
+    constexprs = dict(constexprs)
     signature = {}
-    for name, arg in zip(kernel.arg_names, record["args"], strict=False):
+    for name, arg in zip(kernel.arg_names, arg_types, strict=False):
         if isinstance(arg, str):  # a pointer: its element type
             signature[name] = "*" + arg
-        elif arg == 1 and not isinstance(arg, (bool, np.float32, float)):
+        elif specialize_ones and arg == 1 and not isinstance(arg, (bool, np.float32, float)):
             constexprs[name] = 1
         else:
             signature[name] = _scalar_type(arg)
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
-    # jax-triton marks every pointer 16-byte aligned (XLA's buffers are) and scalars unaligned.
+    # XLA's buffers are 16-byte aligned: every pointer is marked so, scalars are not.
     attrs = {
         (i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names) if signature[name].startswith("*")
     }
     src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = {"num_warps": record["num_warps"], "num_stages": record["num_stages"]}
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    with triton.knobs.cache.scope():
+        # jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported, which leaves triton.compile
+        # without a cache directory: give it a private one for this compile.
+        if not triton.knobs.cache.dir:
+            triton.knobs.cache.dir = os.path.join(tempfile.gettempdir(), f"ejkernel-triton-{os.getuid()}")
+        return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+def compile_launch(record: dict[str, Any], capability: int = 90) -> Any:
+    """Compile a recorded launch for ``sm_<capability>`` (no GPU needed: ptxas ships with Triton).
+
+    Scalars equal to 1 become constants and pointers are 16-byte aligned, as jax-triton
+    specializes them (:func:`launch_compiled` keeps every scalar an argument).
+    """
+    return _compile(
+        record["kernel"],
+        record["args"],
+        record["constexprs"],
+        record["num_warps"],
+        record["num_stages"],
+        capability,
+        specialize_ones=not record.get("compiled", False),
+    )
+
+
+def compute_capability() -> int:
+    """The GPU's compute capability as Triton writes it (``90``); 90 in the interpreter."""
+    if _INTERPRET:
+        return 90
+    from jax._src.lib import gpu_triton
+
+    return int(gpu_triton.get_compute_capability(0))
 
 
 def launch(
@@ -166,6 +209,101 @@ def launch(
     return list(outs)
 
 
+def launch_compiled(
+    kernel: Any,
+    *args: Any,
+    out_shape: Sequence[jax.ShapeDtypeStruct],
+    grid: tuple[int, ...],
+    num_warps: int,
+    num_stages: int,
+    name: str = "",
+    **constexprs: Any,
+) -> list[jax.Array]:
+    """:func:`launch` for kernels jax-triton 0.3.1 cannot launch: device-side TMA descriptors
+    (``tl.make_tensor_descriptor``, which need a global scratch buffer per program) and warp
+    specialization (the compiled kernel runs more warps than ``num_warps``). The kernel is
+    compiled here and launched by jaxlib's Triton custom call with the compiled warp count and
+    scratch size. Same arguments as :func:`launch`, without zeroed outputs."""
+    if _INTERPRET:
+        return _launch_interpreted(kernel, args, out_shape, grid, (), constexprs)
+    if _RECORD is not None:
+        types = [_arg_type(a) for a in args] + [_TRITON_TYPES[np.dtype(o.dtype).name] for o in out_shape]
+        _RECORD.append(
+            dict(kernel=kernel, args=types, constexprs=constexprs, num_warps=num_warps, num_stages=num_stages,
+                 grid=grid, name=name, compiled=True)
+        )  # fmt: skip
+        return [jax.numpy.zeros(o.shape, o.dtype) for o in out_shape]
+    arrays = [a for a in args if _is_array(a)]
+    scalars = tuple((i, a) for i, a in enumerate(args) if not _is_array(a))
+    grid3 = (*tuple(grid), 1, 1, 1)[:3]
+    return _compiled_call_p.bind(
+        *arrays,
+        kernel=kernel,
+        scalars=scalars,
+        out_shapes=tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_shape),
+        grid=grid3,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        name=name,
+        constexprs=tuple(sorted(constexprs.items())),
+    )
+
+
+def _is_array(a: Any) -> bool:
+    return isinstance(a, jax.Array) or hasattr(a, "aval")
+
+
+def _arg_type(a: Any) -> Any:
+    return _TRITON_TYPES[np.dtype(a.dtype).name] if _is_array(a) else a
+
+
+_compiled_call_p = jax.extend.core.Primitive("ejkernel_triton_compiled_call")
+_compiled_call_p.multiple_results = True
+
+
+@_compiled_call_p.def_abstract_eval
+def _compiled_call_abstract_eval(*avals: Any, out_shapes: Sequence[Any], **_: Any) -> list[Any]:
+    return [jax.core.ShapedArray(s.shape, s.dtype) for s in out_shapes]
+
+
+@functools.cache
+def _compiled_kernel(kernel, arg_types, constexprs, num_warps, num_stages, capability):
+    return _compile(kernel, arg_types, dict(constexprs), num_warps, num_stages, capability, specialize_ones=False)
+
+
+def _compiled_call_lowering(ctx, *arrays, kernel, scalars, out_shapes, grid, num_warps, num_stages, name, constexprs):
+    from jax._src.lib import gpu_triton
+
+    capability = compute_capability()
+    scalar_at = dict(scalars)
+    n_args = len(arrays) + len(scalars)
+    avals = iter(ctx.avals_in)
+    arg_types = []
+    for i in range(n_args):
+        arg_types.append(scalar_at[i] if i in scalar_at else _TRITON_TYPES[np.dtype(next(avals).dtype).name])
+    arg_types += [_TRITON_TYPES[np.dtype(o.dtype).name] for o in ctx.avals_out]
+    compiled = _compiled_kernel(kernel, tuple(arg_types), constexprs, num_warps, num_stages, capability)
+    meta = compiled.metadata
+    kernel_args = [meta.name, meta.num_warps, meta.num_ctas, meta.shared, compiled.asm["ptx"], "", capability]
+    if meta.global_scratch_size:
+        kernel_args += [meta.global_scratch_size, meta.global_scratch_align]
+    triton_kernel = gpu_triton.TritonKernel(*kernel_args)
+    params = []
+    for t in arg_types:
+        if isinstance(t, str):
+            params.append(gpu_triton.create_array_parameter(0, 16))
+        else:
+            value = float(t) if isinstance(t, (float, np.floating)) else int(t)
+            params.append(gpu_triton.create_scalar_parameter(value, _scalar_type(t)))
+    call = gpu_triton.TritonKernelCall(triton_kernel, grid[0], grid[1], grid[2], params)
+    proto = call.to_proto(name or meta.name, b"")
+    rule = jax.ffi.ffi_lowering("triton_kernel_call", api_version=2, backend_config=zlib.compress(proto))
+    return rule(ctx, *arrays)
+
+
+mlir.register_lowering(_compiled_call_p, _compiled_call_lowering, platform="cuda")
+
+
 def _launch_interpreted(
     kernel: Any, args: Sequence[Any], out_shape: Sequence[Any], grid: tuple[int, ...], zeroed: Sequence[int], meta: Any
 ) -> list[jax.Array]:
@@ -197,6 +335,10 @@ def _launch_interpreted(
                 outs.append(torch.zeros(o.shape, dtype=dt))
             else:  # poison: an element the kernel does not write fails the comparison
                 outs.append(torch.full(o.shape, float("nan") if dt.is_floating_point else -7, dtype=dt))
+        import triton
+
+        # Device-side TMA descriptors (tl.make_tensor_descriptor) ask the launcher for scratch.
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
         kernel[grid](*call_args, *outs, **meta)
         return [to_numpy(t, o) for t, o in zip(outs, out_shape, strict=True)]
 

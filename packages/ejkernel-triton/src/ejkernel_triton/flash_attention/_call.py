@@ -22,11 +22,14 @@ from ejkernel.modules.attention import (
     output_rowsum,
     softmax_aux_grad,
 )
-from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.ops import BwdParams, FwdParams, device_for_arrays
 
-from .._launch import launch
+from .. import _launch
+from .._launch import launch, launch_compiled
 from ._bwd import flash_dkdv_kernel, flash_dq_kernel
 from ._fwd import flash_fwd_kernel
+from ._fwd_tma import flash_fwd_tma_kernel
+from .heuristics import tma_eligible
 
 F32 = jnp.float32
 
@@ -64,6 +67,7 @@ class Spec:
     fwd: tuple[int, int, int, int]  # block_m, block_n, warps, stages
     bwd: tuple[int, int, int, int]  # block_m (dK/dV query block, dQ key block), block_n, warps, stages
     f32_out: bool = False  # output and gradients in float32 (the log-sum-exp protocol's blocks)
+    tma: bool = False  # the forward runs on the Hopper TMA kernel (``heuristics.tma_eligible``)
 
     def out_dtype(self, like: Any) -> Any:
         """The dtype of an output or gradient shaped like ``like``."""
@@ -105,6 +109,14 @@ class Spec:
         ]
 
 
+def _capability(a: AttentionArgs) -> tuple[int, int] | None:
+    """The compute capability the call runs on (Hopper's in Triton's interpreter, so that the
+    TMA kernel is checked there too)."""
+    if _launch._INTERPRET:
+        return (9, 0)
+    return device_for_arrays([a.query]).compute_capability
+
+
 def make_spec(a: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> Spec:
     return Spec(
         batch=a.batch,
@@ -127,6 +139,7 @@ def make_spec(a: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> Spec:
         scale=a.softmax_scale,
         fwd=(fwd.q_blocksize, fwd.kv_blocksize, fwd.num_warps, fwd.num_stages),  # type: ignore[arg-type]
         bwd=(bwd.q_blocksize, bwd.kv_blocksize, bwd.num_warps, bwd.num_stages),  # type: ignore[arg-type]
+        tma=tma_eligible(a, _capability(a)),
     )
 
 
@@ -181,6 +194,26 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
     """Output ``[b, sq, h, dv]`` and log-sum-exp ``[b, h, sq]`` (float32, -inf for empty rows)."""
     b, sq, sk, h = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads
     block_m, block_n, warps, stages = spec.fwd
+    out_shape = [
+        jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), spec.out_dtype(q)),
+        jax.ShapeDtypeStruct((b, h, sq), F32),
+    ]
+    if spec.tma:
+        out, lse = launch_compiled(
+            flash_fwd_tma_kernel,
+            q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,
+            out_shape=out_shape,
+            grid=(_cdiv(sq, block_m), b * h),
+            num_warps=warps,
+            num_stages=stages,
+            name="ejkernel_flash_fwd_tma",
+            HEAD_DIM=spec.head_dim,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            IS_CAUSAL=spec.causal,
+            MASK_TAIL=spec.causal or sk % block_n != 0,
+        )  # fmt: skip
+        return out, lse
     args = [
         *_common_inputs(spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed),
         aux.astype(F32) if aux is not None else _dummy(F32),
@@ -194,10 +227,7 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
     out, lse = launch(
         flash_fwd_kernel,
         *args,
-        out_shape=[
-            jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), spec.out_dtype(q)),
-            jax.ShapeDtypeStruct((b, h, sq), F32),
-        ],
+        out_shape=out_shape,
         grid=(_cdiv(sq, block_m), b * h),
         num_warps=warps,
         num_stages=stages,

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 
+import jax.numpy as jnp
+
+from ejkernel.modules.attention import AttentionArgs
 from ejkernel.ops import BwdParams, FwdParams
 
 # Shared memory a block may use (bytes), by compute capability (CUDA programming guide).
@@ -97,6 +100,36 @@ def heuristic_fwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None, se
     if seq_k <= 32:  # tiny key sets: a 64-wide step would be mostly padding
         p = FwdParams(p.q_blocksize, 32, p.num_warps, p.num_stages)
     return p
+
+
+def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
+    """Whether the forward runs on the Hopper TMA kernel (``_fwd_tma``): sm_90+, 16-bit inputs,
+    head dim 64 or 128 for queries and values, and none of the options only the pointer-based
+    kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen)."""
+    return (
+        cc is not None
+        and cc >= (9, 0)
+        and jnp.dtype(args.dtype).name in ("bfloat16", "float16")
+        and args.head_dim == args.value_head_dim
+        and args.head_dim in (64, 128)
+        and args.bias is None
+        and not args.has_segments
+        and args.logits_soft_cap is None
+        and args.sliding_window is None
+        and args.softmax_aux is None
+        and args.dropout_prob == 0
+        and not args.is_varlen
+        and args.position_offset is None
+        and args.attention_mask is None
+    )
+
+
+def heuristic_fwd_tma(d: int) -> FwdParams:
+    """Tiles of the TMA forward (``_fwd_tma``): 128x64, 4 warps, 2 stages. A probe of the same
+    loop on an H200 (``benchmarks/h200/ws_probe.py``, b2 s8192 h16 d128 bf16, Triton's own
+    launcher) ran it at 522 TFLOP/s, against 452 for 3 stages and 500 for 64x64 tiles."""
+    del d  # the same tiles for d 64 and 128: 2 stages of 64-row K/V tiles fit either
+    return FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=4, num_stages=2)
 
 
 def heuristic_bwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> BwdParams:

@@ -55,10 +55,9 @@ class TritonFlashAttention(KernelImpl):
     def heuristic_cfg(self, args: AttentionArgs, device: DeviceInfo) -> FlashAttentionConfig:
         d, dv, itemsize = self._sizes(args)
         cc = device.compute_capability
-        return FlashAttentionConfig(
-            fwd_params=H.heuristic_fwd(d, dv, itemsize, cc, args.seq_k),
-            bwd_params=H.heuristic_bwd(d, dv, itemsize, cc),
-        )
+        tma = H.tma_eligible(args, cc)
+        fwd = H.heuristic_fwd_tma(d) if tma else H.heuristic_fwd(d, dv, itemsize, cc, args.seq_k)
+        return FlashAttentionConfig(fwd_params=fwd, bwd_params=H.heuristic_bwd(d, dv, itemsize, cc))
 
     def candidate_cfgs(self, args: AttentionArgs, device: DeviceInfo) -> list[FlashAttentionConfig]:
         d, dv, itemsize = self._sizes(args)

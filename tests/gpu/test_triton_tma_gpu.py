@@ -1,0 +1,55 @@
+"""The Triton flash-attention forward's Hopper TMA kernel (``ejkernel_triton/flash_attention/
+_fwd_tma.py``) on the GPU: the shared conformance cases it serves, in bfloat16 and float16, with
+the heuristic's tiles and others, forward and gradients against the float32 reference. Also: the launch really takes that kernel,
+and a larger odd-length shape whose last tiles cross sequence ends."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from ejkernel.modules import FlashAttentionConfig
+from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.testing import conformance as C
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    c.with_dtype(dtype)
+    for c in C.FLASH_ATTENTION_CASES
+    if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
+    for dtype in ("bfloat16", "float16")
+]
+BWD = BwdParams(64, 128, 8, 3)
+CONFIGS = {
+    "128x64x4x2": FwdParams(128, 64, 4, 2),  # the heuristic
+    "128x128x8x2": FwdParams(128, 128, 8, 2),
+    "64x64x4x1": FwdParams(64, 64, 4, 1),
+}
+
+
+def _fn(fwd: FwdParams):
+    import ejkernel
+
+    cfg = FlashAttentionConfig(fwd_params=fwd, bwd_params=BWD)
+    return lambda **kw: ejkernel.flash_attention(**kw, platform="triton", cfg=cfg)
+
+
+@pytest.mark.parametrize("cfg_id", list(CONFIGS))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_tma_forward_conformance(case, cfg_id):
+    from ejkernel_triton.flash_attention import _call
+
+    args = C.bind("flash_attention", **C.make_attention_inputs(case))
+    assert _call.make_spec(args, CONFIGS[cfg_id], BWD).tma, "the call should take the TMA kernel"
+    C.check_attention(_fn(CONFIGS[cfg_id]), case)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tma_forward_long_odd_sequences(causal):
+    """b3, sq 1000 / sk 1300 (tiles cross sequence ends), GQA 8/2, d128: forward and gradients."""
+    case = C.AttentionCase(
+        name=f"tma-odd-{causal}", b=3, sq=1000, sk=1300, h=8, hk=2, d=128, causal=causal, dtype="bfloat16"
+    )
+    C.check_attention(_fn(CONFIGS["128x64x4x2"]), case)
+    assert jax.default_backend() == "gpu"
