@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
 import triton
 import triton.language as tl
 
@@ -48,12 +47,22 @@ def _fwd_ws(Q, K, V, Out, sm_scale, seq, rows, H: tl.constexpr, D: tl.constexpr,
     do.store([row0 + pid_m * BM, col], (acc / l_i[:, None]).to(Out.dtype.element_ty))
 
 
+@triton.jit
+def _fwd_ws_out_last(Q, K, V, sm_scale, seq, rows, Out, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                     BN: tl.constexpr, WS: tl.constexpr):  # fmt: skip
+    """``_fwd_ws`` with the output last, as ``ejkernel_triton._launch`` passes outputs
+    (``ws_launch_probe.py``)."""
+    _fwd_ws(Q, K, V, Out, sm_scale, seq, rows, H, D, BM, BN, WS)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="2,8192,16,128", help="B,S,H,D")
     ap.add_argument("--configs", default="128x64x4x2,128x64x4x3,128x128x4x2")
     ap.add_argument("--out")
     a = ap.parse_args()
+    import torch
+
     b, s, h, d = (int(x) for x in a.shape.split(","))
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     g = torch.Generator(device="cuda").manual_seed(0)

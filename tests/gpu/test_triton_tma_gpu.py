@@ -22,7 +22,8 @@ CASES = [
 ]
 BWD = BwdParams(64, 128, 8, 3)
 CONFIGS = {
-    "128x64x4x2": FwdParams(128, 64, 4, 2),  # the heuristic
+    "128x64x4x2": FwdParams(128, 64, 4, 2),  # the heuristic, causal or unaligned
+    "ws-128x128x4x2": FwdParams(128, 128, 4, 2),  # the heuristic, non-causal and aligned
     "128x128x8x2": FwdParams(128, 128, 8, 2),
     "64x64x4x1": FwdParams(64, 64, 4, 1),
 }
@@ -43,6 +44,19 @@ def test_tma_forward_conformance(case, cfg_id):
     args = C.bind("flash_attention", **C.make_attention_inputs(case))
     assert _call.make_spec(args, CONFIGS[cfg_id], BWD).tma, "the call should take the TMA kernel"
     C.check_attention(_fn(CONFIGS[cfg_id]), case)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_tma_warp_specialized_forward(d, dtype):
+    """Non-causal, lengths multiples of 128: the heuristic picks the warp-specialized kernel."""
+    from ejkernel_triton.flash_attention import _call
+
+    case = C.AttentionCase(name=f"tma-ws-{d}", b=2, sq=256, sk=384, h=8, hk=2, d=d, dtype=dtype)
+    fwd = CONFIGS["ws-128x128x4x2"]
+    args = C.bind("flash_attention", **C.make_attention_inputs(case))
+    assert _call._warp_specialized(_call.make_spec(args, fwd, BWD))
+    C.check_attention(_fn(fwd), case)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -81,11 +81,15 @@ TMA_CONFIGS = {
 }
 
 
+TMA_CASES.append(C.AttentionCase(name="aligned-gqa", b=2, sq=64, sk=48, h=4, hk=2, d=64, dtype="float16"))
+
+
 @pytest.mark.parametrize("cfg_id", list(TMA_CONFIGS))
 @pytest.mark.parametrize("case", TMA_CASES, ids=lambda c: c.name)
 def test_tma_forward(case, cfg_id):
     """16-bit inputs without bias, segments, soft cap, window, sinks, dropout or varlen take the
-    Hopper TMA forward (``_fwd_tma``): odd lengths, GQA/MQA, causal with rows that see no key."""
+    Hopper TMA forward (``_fwd_tma``): odd lengths, GQA/MQA, causal with rows that see no key, and
+    (``aligned-gqa`` with 4 warps) the warp-specialized kernel."""
     from ejkernel_triton.flash_attention import _call
 
     cfg = TMA_CONFIGS[cfg_id]

@@ -28,7 +28,7 @@ from .. import _launch
 from .._launch import launch, launch_compiled
 from ._bwd import flash_dkdv_kernel, flash_dq_kernel
 from ._fwd import flash_fwd_kernel
-from ._fwd_tma import flash_fwd_tma_kernel
+from ._fwd_tma import flash_fwd_tma_kernel, flash_fwd_tma_ws_kernel
 from .heuristics import tma_eligible
 
 F32 = jnp.float32
@@ -190,6 +190,16 @@ def _common_inputs(spec: Spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, see
     ]
 
 
+def _warp_specialized(spec: Spec) -> bool:
+    """The TMA forward's warp-specialized kernel serves non-causal calls whose lengths are
+    non-zero multiples of the tiles, with 4 warps and at most 2 stages (Triton 3.6 produced NaNs
+    with 3), and a 16-bit output (its descriptor store of a float32 tile would not fit in shared
+    memory)."""
+    block_m, block_n, warps, stages = spec.fwd
+    aligned = spec.seq_k > 0 and spec.seq_q % block_m == 0 and spec.seq_k % block_n == 0
+    return not spec.causal and not spec.f32_out and aligned and warps == 4 and stages <= 2
+
+
 def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed) -> tuple[jax.Array, jax.Array]:
     """Output ``[b, sq, h, dv]`` and log-sum-exp ``[b, h, sq]`` (float32, -inf for empty rows)."""
     b, sq, sk, h = spec.batch, spec.seq_q, spec.seq_k, spec.num_heads
@@ -198,7 +208,26 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
         jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), spec.out_dtype(q)),
         jax.ShapeDtypeStruct((b, h, sq), F32),
     ]
+    if spec.tma and _warp_specialized(spec):
+        out, lse = launch_compiled(
+            flash_fwd_tma_ws_kernel,
+            q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,
+            out_shape=out_shape,
+            grid=(sq // block_m, b * h),
+            num_warps=warps,
+            num_stages=stages,
+            name="ejkernel_flash_fwd_tma_ws",
+            HEAD_DIM=spec.head_dim,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+        )  # fmt: skip
+        return out, lse
     if spec.tma:
+        if warps == 4 and block_n > 64:
+            # 128-key tiles need the specialized kernel's two consumer warpgroups; one warpgroup
+            # spills (H200: 271 against 489 TFLOP/s at 64-key tiles), e.g. for the float32 output
+            # of the log-sum-exp protocol, which the specialized kernel does not write.
+            block_n = 64
         out, lse = launch_compiled(
             flash_fwd_tma_kernel,
             q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,

@@ -114,3 +114,59 @@ def flash_fwd_tma_kernel(
     )
     lse = tl.where(l_i > 0, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
     tl.store(Lse + pid_bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
+
+
+@triton.jit
+def flash_fwd_tma_ws_kernel(
+    Q, K, V, sm_scale, batch, seq_q, seq_k, num_heads, num_kv_heads, groups,
+    Out, Lse,  # outputs follow every input
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Non-causal, ``seq_q % BLOCK_M == 0`` and ``seq_k % BLOCK_N == 0``: one unmasked key loop,
+    warp-specialized (``tl.range(..., warp_specialize=True)``): Triton 3.6 splits it into a
+    producer warp issuing the TMA copies and two consumer warpgroups that alternate between their
+    matrix products and their softmax (FlashAttention-3 §3.1's producer-consumer asynchrony and
+    ping-pong schedule). Triton 3.6 specializes a kernel only with a single key loop, and ran
+    this loop correctly only with 2-D descriptors (``[batch * seq, heads * head_dim]``: tiles
+    may not cross a sequence's end, hence the alignment) and at most 2 stages."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // num_heads
+    off_h = pid_bh % num_heads
+    q_desc = tl.make_tensor_descriptor(
+        Q, shape=[batch * seq_q, num_heads * HEAD_DIM], strides=[num_heads * HEAD_DIM, 1], block_shape=[BLOCK_M, HEAD_DIM]
+    )  # fmt: skip
+    k_desc = tl.make_tensor_descriptor(
+        K, shape=[batch * seq_k, num_kv_heads * HEAD_DIM], strides=[num_kv_heads * HEAD_DIM, 1],
+        block_shape=[BLOCK_N, HEAD_DIM],
+    )  # fmt: skip
+    v_desc = tl.make_tensor_descriptor(
+        V, shape=[batch * seq_k, num_kv_heads * HEAD_DIM], strides=[num_kv_heads * HEAD_DIM, 1],
+        block_shape=[BLOCK_N, HEAD_DIM],
+    )  # fmt: skip
+    o_desc = tl.make_tensor_descriptor(
+        Out, shape=[batch * seq_q, num_heads * HEAD_DIM], strides=[num_heads * HEAD_DIM, 1],
+        block_shape=[BLOCK_M, HEAD_DIM],
+    )  # fmt: skip
+    q_row = off_b * seq_q + pid_m * BLOCK_M
+    k_row = off_b * seq_k
+    kv_col = (off_h // groups) * HEAD_DIM
+    q = q_desc.load([q_row, off_h * HEAD_DIM])
+    qk_scale = sm_scale * LOG2E
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for start_n in tl.range(0, seq_k, BLOCK_N, warp_specialize=True):
+        k = k_desc.load([k_row + start_n, kv_col])
+        qk = tl.dot(q, k.T)  # [BLOCK_M, BLOCK_N]
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = v_desc.load([k_row + start_n, kv_col])
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    o_desc.store([q_row, off_h * HEAD_DIM], (acc / l_i[:, None]).to(Out.dtype.element_ty))
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    tl.store(Lse + pid_bh.to(tl.int64) * seq_q + offs_m, (m_i + tl.math.log2(l_i)) * LN2)

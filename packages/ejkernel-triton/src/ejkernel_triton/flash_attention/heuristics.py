@@ -124,11 +124,17 @@ def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
     )
 
 
-def heuristic_fwd_tma(d: int) -> FwdParams:
-    """Tiles of the TMA forward (``_fwd_tma``): 128x64, 4 warps, 2 stages. A probe of the same
-    loop on an H200 (``benchmarks/h200/ws_probe.py``, b2 s8192 h16 d128 bf16, Triton's own
-    launcher) ran it at 522 TFLOP/s, against 452 for 3 stages and 500 for 64x64 tiles."""
-    del d  # the same tiles for d 64 and 128: 2 stages of 64-row K/V tiles fit either
+def heuristic_fwd_tma(args: AttentionArgs) -> FwdParams:
+    """Tiles of the TMA forward (``_fwd_tma``), measured on an H200 at b2 s8192 h16 d128 bf16.
+
+    Non-causal with lengths that are multiples of 128: 128x128 tiles, 4 warps, 2 stages, for the
+    warp-specialized kernel (``benchmarks/h200/ws_launch_probe.py``: 520 TFLOP/s; 271 for the same
+    tiles unspecialized). Otherwise 128x64, 4 warps, 2 stages for the unmasked + masked loops
+    (``triton_fwd_sweep_tma.json``: 0.83x / 0.88x cuDNN, ahead of 8 warps and 128x128 tiles).
+    The same tiles for d 64 and 128: 2 stages of either fit in shared memory.
+    """
+    if not args.causal and args.seq_q % 128 == 0 and args.seq_k % 128 == 0:
+        return FwdParams(q_blocksize=128, kv_blocksize=128, num_warps=4, num_stages=2)
     return FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=4, num_stages=2)
 
 

@@ -56,7 +56,7 @@ class TritonFlashAttention(KernelImpl):
         d, dv, itemsize = self._sizes(args)
         cc = device.compute_capability
         tma = H.tma_eligible(args, cc)
-        fwd = H.heuristic_fwd_tma(d) if tma else H.heuristic_fwd(d, dv, itemsize, cc, args.seq_k)
+        fwd = H.heuristic_fwd_tma(args) if tma else H.heuristic_fwd(d, dv, itemsize, cc, args.seq_k)
         return FlashAttentionConfig(fwd_params=fwd, bwd_params=H.heuristic_bwd(d, dv, itemsize, cc))
 
     def candidate_cfgs(self, args: AttentionArgs, device: DeviceInfo) -> list[FlashAttentionConfig]:
