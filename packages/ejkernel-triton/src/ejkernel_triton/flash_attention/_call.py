@@ -208,39 +208,26 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
         jax.ShapeDtypeStruct((b, sq, h, spec.head_dim_v), spec.out_dtype(q)),
         jax.ShapeDtypeStruct((b, h, sq), F32),
     ]
-    if spec.tma and _warp_specialized(spec):
-        out, lse = launch_compiled(
-            flash_fwd_tma_ws_kernel,
-            q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,
-            out_shape=out_shape,
-            grid=(sq // block_m, b * h),
-            num_warps=warps,
-            num_stages=stages,
-            name="ejkernel_flash_fwd_tma_ws",
-            HEAD_DIM=spec.head_dim,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-        )  # fmt: skip
-        return out, lse
     if spec.tma:
-        if warps == 4 and block_n > 64:
+        specialized = _warp_specialized(spec)
+        if not specialized and warps == 4 and block_n > 64:
             # 128-key tiles need the specialized kernel's two consumer warpgroups; one warpgroup
             # spills (H200: 271 against 489 TFLOP/s at 64-key tiles), e.g. for the float32 output
             # of the log-sum-exp protocol, which the specialized kernel does not write.
             block_n = 64
+        masks = {} if specialized else dict(IS_CAUSAL=spec.causal, MASK_TAIL=spec.causal or sk % block_n != 0)
         out, lse = launch_compiled(
-            flash_fwd_tma_kernel,
+            flash_fwd_tma_ws_kernel if specialized else flash_fwd_tma_kernel,
             q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,
             out_shape=out_shape,
             grid=(_cdiv(sq, block_m), b * h),
             num_warps=warps,
             num_stages=stages,
-            name="ejkernel_flash_fwd_tma",
+            name="ejkernel_flash_fwd_tma_ws" if specialized else "ejkernel_flash_fwd_tma",
             HEAD_DIM=spec.head_dim,
             BLOCK_M=block_m,
             BLOCK_N=block_n,
-            IS_CAUSAL=spec.causal,
-            MASK_TAIL=spec.causal or sk % block_n != 0,
+            **masks,
         )  # fmt: skip
         return out, lse
     args = [
