@@ -2,11 +2,11 @@
 
 Every kernel goes through :func:`launch`, which calls ``jax_triton.triton_call``, or through
 :func:`launch_compiled`, which compiles the kernel with Triton and lowers the launch to jaxlib's
-Triton custom call itself: that one exists for kernels that jax-triton 0.3.1 cannot launch (device-side
-TMA descriptors need a global scratch buffer, and a warp-specialized kernel runs more warps than it
-was asked for). The jax-triton and jaxlib version drift stays in this file. ``jax_triton`` is imported only here, when a kernel is first
-lowered (0.3.x cannot even be imported without a GPU-enabled jaxlib), so importing this package
-is safe on any machine.
+Triton custom call itself. The second exists for kernels that jax-triton 0.3.1 cannot launch:
+device-side TMA descriptors need a global scratch buffer, and a warp-specialized kernel runs more
+warps than it was asked for. The jax-triton and jaxlib version drift stays in this file.
+``jax_triton`` is imported only here, when a kernel is first lowered (0.3.x cannot even be
+imported without a GPU-enabled jaxlib), so importing this package is safe on any machine.
 
 :func:`interpreted` switches :func:`launch` to Triton's interpreter (``TRITON_INTERPRET=1``, run
 on the host through ``jax.pure_callback`` with PyTorch CPU tensors). It exists to check the
