@@ -9,8 +9,10 @@ completing on a barrier, leaves the warps' issue slots to the matrix products an
 The descriptors need a global scratch buffer per program, which ``_launch.launch_compiled``
 provides (jax-triton 0.3.1 passes none).
 
-The descriptors view each BSHD tensor as ``[batch, seq, heads * head_dim]``, so a tile never
-crosses into the next sequence: rows past a sequence's end load as zeros (and are not stored).
+``flash_fwd_tma_kernel`` views each BSHD tensor as ``[batch, seq, heads * head_dim]``, so a tile
+never crosses into the next sequence: rows past a sequence's end load as zeros (and are not
+stored). ``flash_fwd_tma_ws_kernel`` is its warp-specialized form for non-causal calls whose
+lengths are whole tiles (``_call._warp_specialized``).
 """
 
 from __future__ import annotations
