@@ -71,17 +71,17 @@ def test_conformance(case, cfg_id):
 
 
 TMA_CASES = [
-    c.with_dtype("float16")
-    for c in C.FLASH_ATTENTION_CASES
-    if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
+    *(
+        c.with_dtype("float16")
+        for c in C.FLASH_ATTENTION_CASES
+        if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
+    ),
+    C.AttentionCase(name="aligned-gqa", b=2, sq=64, sk=48, h=4, hk=2, d=64, dtype="float16"),
 ]
 TMA_CONFIGS = {
     "16x16x4": FlashAttentionConfig(fwd_params=FwdParams(16, 16, 4, 1), bwd_params=BwdParams(16, 32, 4, 1)),
     "32x16x8": FlashAttentionConfig(fwd_params=FwdParams(32, 16, 8, 1), bwd_params=BwdParams(16, 32, 4, 1)),
 }
-
-
-TMA_CASES.append(C.AttentionCase(name="aligned-gqa", b=2, sq=64, sk=48, h=4, hk=2, d=64, dtype="float16"))
 
 
 @pytest.mark.parametrize("cfg_id", list(TMA_CONFIGS))

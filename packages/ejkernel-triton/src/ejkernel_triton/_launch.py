@@ -154,7 +154,7 @@ def compile_launch(record: dict[str, Any], capability: int = 90) -> Any:
         record["num_warps"],
         record["num_stages"],
         capability,
-        specialize_ones=not record.get("compiled", False),
+        specialize_ones=not record["compiled"],
     )
 
 
@@ -183,16 +183,7 @@ def launch(
     if _INTERPRET:
         return _launch_interpreted(kernel, args, out_shape, grid, zeroed_outputs, constexprs)
     if _RECORD is not None:
-        types = [
-            _TRITON_TYPES[np.dtype(a.dtype).name] if (isinstance(a, jax.Array) or hasattr(a, "aval")) else a
-            for a in args
-        ]
-        outs = [_TRITON_TYPES[np.dtype(o.dtype).name] for o in out_shape]
-        _RECORD.append(
-            dict(kernel=kernel, args=[*types, *outs], constexprs=constexprs, num_warps=num_warps,
-                 num_stages=num_stages, grid=grid, name=name)
-        )  # fmt: skip
-        return [jax.numpy.zeros(o.shape, o.dtype) for o in out_shape]
+        return _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexprs, compiled=False)
     import jax_triton
 
     outs = jax_triton.triton_call(
@@ -227,12 +218,7 @@ def launch_compiled(
     if _INTERPRET:
         return _launch_interpreted(kernel, args, out_shape, grid, (), constexprs)
     if _RECORD is not None:
-        types = [_arg_type(a) for a in args] + [_TRITON_TYPES[np.dtype(o.dtype).name] for o in out_shape]
-        _RECORD.append(
-            dict(kernel=kernel, args=types, constexprs=constexprs, num_warps=num_warps, num_stages=num_stages,
-                 grid=grid, name=name, compiled=True)
-        )  # fmt: skip
-        return [jax.numpy.zeros(o.shape, o.dtype) for o in out_shape]
+        return _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexprs, compiled=True)
     arrays = [a for a in args if _is_array(a)]
     scalars = tuple((i, a) for i, a in enumerate(args) if not _is_array(a))
     grid3 = (*tuple(grid), 1, 1, 1)[:3]
@@ -253,8 +239,17 @@ def _is_array(a: Any) -> bool:
     return isinstance(a, jax.Array) or hasattr(a, "aval")
 
 
-def _arg_type(a: Any) -> Any:
-    return _TRITON_TYPES[np.dtype(a.dtype).name] if _is_array(a) else a
+def _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexprs, *, compiled: bool):
+    """:func:`compile_only`'s entry for one launch (outputs are zeros); ``compiled``: by
+    :func:`launch_compiled`, whose scalars all stay arguments."""
+    assert _RECORD is not None
+    types = [_TRITON_TYPES[np.dtype(a.dtype).name] if _is_array(a) else a for a in args]
+    types += [_TRITON_TYPES[np.dtype(o.dtype).name] for o in out_shape]
+    _RECORD.append(
+        dict(kernel=kernel, args=types, constexprs=constexprs, num_warps=num_warps, num_stages=num_stages,
+             grid=grid, name=name, compiled=compiled)
+    )  # fmt: skip
+    return [jax.numpy.zeros(o.shape, o.dtype) for o in out_shape]
 
 
 _compiled_call_p = jax.extend.core.Primitive("ejkernel_triton_compiled_call")
@@ -307,7 +302,7 @@ mlir.register_lowering(_compiled_call_p, _compiled_call_lowering, platform="cuda
 def _launch_interpreted(
     kernel: Any, args: Sequence[Any], out_shape: Sequence[Any], grid: tuple[int, ...], zeroed: Sequence[int], meta: Any
 ) -> list[jax.Array]:
-    array_pos = [i for i, a in enumerate(args) if isinstance(a, jax.Array) or hasattr(a, "aval")]
+    array_pos = [i for i, a in enumerate(args) if _is_array(a)]
     # The interpreter takes plain Python numbers (jax-triton needs np.float32 for fp32 scalars).
     scalars = {i: (a.item() if isinstance(a, np.generic) else a) for i, a in enumerate(args) if i not in array_pos}
 
