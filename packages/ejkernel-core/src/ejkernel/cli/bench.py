@@ -309,8 +309,10 @@ def bench_attention(
             rec["fwdbwd_ms"] = rec["fwdbwd_tflops"] = None
             if backward:
                 cc = cot if peer_lengths is None else _pad_batch(cot, peer_lengths)
-                gfn = jax.grad(lambda a, b, c, fn=fn, cc=cc: jnp.sum(fn(a, b, c) * cc), argnums=(0, 1, 2))
-                ms = _timed(gfn, (qq, kk, vv), repeats)
+                # The cotangent is an argument, not a closed-over constant: XLA would otherwise
+                # constant-fold its layout changes at compile time (seconds per large shape).
+                gfn = jax.grad(lambda a, b, c, ct, fn=fn: jnp.sum(fn(a, b, c) * ct), argnums=(0, 1, 2))
+                ms = _timed(gfn, (qq, kk, vv, cc), repeats)
                 rec["fwdbwd_ms"] = ms
                 rec["fwdbwd_tflops"] = 3.5 * flops / (ms * 1e-3) / 1e12 if ms else None
             if check and ref32 is not None:
