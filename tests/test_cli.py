@@ -46,7 +46,11 @@ def test_bench_attention_json_and_plot(tmp_path, capsys):
     assert {r["causal"] for r in records} == {False, True}
     for r in records:
         assert set(r) >= ATTENTION_KEYS, ATTENTION_KEYS - set(r)
-        assert r["fwd_ms"] > 0 and r["fwdbwd_tflops"] > 0 and r["command"].startswith("ejkernel bench")
+        assert (
+            r["fwd_ms"] > 0
+            and r["fwdbwd_tflops"] > 0
+            and r["command"].startswith("ejkernel bench flash_attention --shape")
+        )
         assert (r["sq"], r["sk"], r["h"], r["hk"], r["d"]) == (40, 48, 4, 2, 16)
     assert [r["check"] for r in records if r["impl"] == "xla"] == ["ok", "ok"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -125,7 +125,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench as B
 
     console = _console()
-    command = "ejkernel bench " + " ".join(shlex.quote(a) for a in args.argv)
+    command = "ejkernel " + " ".join(shlex.quote(a) for a in args.argv)
     causal_values = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     try:
         with Progress(transient=True, console=console, disable=not sys.stderr.isatty()) as progress:
