@@ -2,6 +2,7 @@
 # The Triton backend on one H200, everything its issue asks for, in stages (STAGES picks them, in
 # this order; one device call of 10 minutes holds about two of them):
 #   conf   the shared conformance cases of the Triton flash_attention (forward and gradients)
+#   dims   every head dim of the issue (64 ... 256) in every dtype, forward and gradients
 #   tma    the Hopper TMA forwards' own GPU tests and the log-sum-exp protocol tests
 #   tune   autotune persistence across processes, forward and forward+backward (times printed)
 #   bench  the issue's benchmark in one run: bf16, BSHD, the three dense shapes causal and not,
@@ -12,7 +13,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-stages=" ${STAGES:-conf tma tune bench varlen} "
+stages=" ${STAGES:-conf dims tma tune bench varlen} "
 # pytest runs several workers on the GPU: no preallocation there (benchmarks keep the default).
 gpu_pytest() { XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rf "${@:2}"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
@@ -20,6 +21,10 @@ if [[ $stages == *" conf "* ]]; then
   gpu_pytest ${CONF_S:-450} tests/conformance/test_dense_attention.py -k "flash_attention-triton" -n ${WORKERS:-14} \
     --maxfail=10 --durations=10 --junitxml="$out/triton_conformance.xml" > "$out/triton_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/triton_conformance.txt" | tail -8
+fi
+if [[ $stages == *" dims "* ]]; then
+  gpu_pytest ${DIMS_S:-330} tests/gpu/test_triton_head_dims_gpu.py -n ${WORKERS:-14} --durations=5 > "$out/head_dims.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/head_dims.txt" | tail -12
 fi
 if [[ $stages == *" tma "* ]]; then
   gpu_pytest ${TMA_S:-330} tests/gpu/test_triton_tma_gpu.py -n ${WORKERS:-14} --durations=5 > "$out/tma_tests.txt" 2>&1
