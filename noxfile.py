@@ -73,6 +73,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", _workers(), "--durations=15", *paths, success_codes=PYTEST_OK)
 
 
+@nox.session(python="3.12")
+def full(session: nox.Session) -> None:
+    """The full conformance matrix (every dtype twin of every case) on every implementation here."""
+    _install(session, JAX_CURRENT)
+    session.run("pytest", "-n", _workers(), "-m", "full", "tests/conformance", success_codes=PYTEST_OK)
+
+
 @nox.session(python="3.11")
 def compat(session: nox.Session) -> None:
     """The whole suite on the oldest supported stack: Python 3.11 with jax 0.10.2."""

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import ejkernel
-from ejkernel.modules import FlashAttentionConfig
 from ejkernel.ops import time_callable
+from ejkernel.ops.flash_attention import FlashAttentionConfig
 from ejkernel.testing import attention_reference
 from ejkernel_triton.flash_attention import heuristics as H
 

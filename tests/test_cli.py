@@ -85,15 +85,15 @@ def test_bench_page_attention_reports_bandwidth(tmp_path):
     assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
 
 
-def _fake_loops(monkeypatch, bench):
+def _fake_loops(monkeypatch, timing):
     """Programs that return their loop length instead of running; the lengths built, in order."""
     lengths = []
 
-    def fake_looped(fn, loop=bench.LOOP):
+    def fake_looped(fn, loop=timing.LOOP):
         lengths.append(loop)
         return lambda *a: loop
 
-    monkeypatch.setattr(bench, "_looped", fake_looped)
+    monkeypatch.setattr(timing, "looped", fake_looped)
     return lengths
 
 
@@ -105,31 +105,46 @@ def _fake_loops(monkeypatch, bench):
 def test_bench_timer_cancels_the_fixed_cost_of_a_program(monkeypatch, fixed_ms, per_call_ms, expected):
     """Per call = the slope between two loop lengths: a program's fixed cost (launch, the host's
     wait) drops out, whatever the per-call time; the longer program runs up to ~40 ms."""
-    from ejkernel.cli import bench
+    from ejkernel.ops import timing
 
-    lengths = _fake_loops(monkeypatch, bench)
-    monkeypatch.setattr(bench, "time_callable", lambda f, repeats: fixed_ms + f() * per_call_ms)
-    assert bench._timed(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(expected)
+    lengths = _fake_loops(monkeypatch, timing)
+    monkeypatch.setattr(timing, "time_callable", lambda f, repeats: fixed_ms + f() * per_call_ms)
+    assert timing.device_ms(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(expected)
     short, long = lengths
-    assert short == bench.LOOP and 2 * bench.LOOP <= long <= bench.MAX_LOOP
+    assert short == timing.LOOP and 2 * timing.LOOP <= long <= timing.MAX_LOOP
     program_ms = fixed_ms + long * per_call_ms
-    assert program_ms <= 1.05 * bench.SLOPE_PROGRAM_MS and (
-        long == bench.MAX_LOOP or program_ms > 0.5 * bench.SLOPE_PROGRAM_MS
+    assert program_ms <= 1.05 * timing.SLOPE_PROGRAM_MS and (
+        long == timing.MAX_LOOP or program_ms > 0.5 * timing.SLOPE_PROGRAM_MS
     )
 
 
 def test_bench_timer_falls_back_to_the_average_when_the_slope_is_noise(monkeypatch):
-    from ejkernel.cli import bench
+    from ejkernel.ops import timing
 
-    lengths = _fake_loops(monkeypatch, bench)
+    lengths = _fake_loops(monkeypatch, timing)
     times = iter([1.0, 0.9])  # the longer program measured faster: noise, not a negative cost
-    monkeypatch.setattr(bench, "time_callable", lambda f, repeats: next(times))
-    assert bench._timed(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(0.9 / lengths[1])
+    monkeypatch.setattr(timing, "time_callable", lambda f, repeats: next(times))
+    assert timing.device_ms(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(0.9 / lengths[1])
 
 
-def test_bench_rejects_a_bad_shape(capsys):
-    assert main(["bench", "flash_attention", "--shape", "1,2,3", "--repeats", "1"]) == 2
-    assert "bad --shape" in capsys.readouterr().out
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shape", "1,2,3"], "bad --shape"),
+        (["--sq", "0"], "sq, sk must be positive"),
+        (["--hk", "3"], "must be a multiple of kv heads"),
+        (["--window", "abc"], "bad --window"),
+        (["--impl", "nonexistent"], "unknown --impl nonexistent: flash_attention has"),
+        (["--repeats", "0"], "expected a positive integer"),
+    ],
+)
+def test_bench_argument_errors_are_usage_errors(capsys, argv, message):
+    """Bad arguments end as argparse-style one-liners with exit code 2, never a traceback."""
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "flash_attention", "--repeats", "1", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
 
 
 def test_cache_list_and_clear(tmp_path, capsys):

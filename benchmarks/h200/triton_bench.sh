@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Triton backend on one H200, everything its issue asks for, in stages (STAGES picks them, in
 # this order; one device call of 10 minutes holds about two of them):
-#   conf   the shared conformance cases of the Triton flash_attention (forward and gradients)
+#   conf   the shared conformance cases of the Triton implementations (flash and ring; forward, gradients)
 #   dims   every head dim of the issue (64 ... 256) in every dtype, forward and gradients
 #   tma    the Hopper TMA forwards' own GPU tests and the log-sum-exp protocol tests
 #   tune   autotune persistence across processes, forward and forward+backward (times printed)
@@ -18,7 +18,7 @@ stages=" ${STAGES:-conf dims tma tune bench varlen} "
 gpu_pytest() { XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rf "${@:2}"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 if [[ $stages == *" conf "* ]]; then
-  gpu_pytest ${CONF_S:-450} tests/conformance/test_dense_attention.py -k "flash_attention-triton" -n ${WORKERS:-14} \
+  gpu_pytest ${CONF_S:-450} tests/conformance -k "triton" -n ${WORKERS:-14} \
     --maxfail=10 --durations=10 --junitxml="$out/triton_conformance.xml" > "$out/triton_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/triton_conformance.txt" | tail -8
 fi

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ejkernel
-from ejkernel.modules.attention import dropout_keep_mask
+from ejkernel.ops.families.attention_math import dropout_keep_mask
 from ejkernel.testing import attention_reference
 
 DENSE_OPS = [ejkernel.flash_attention, ejkernel.scaled_dot_product_attention]

@@ -1,48 +1,40 @@
-"""Every registered ``page_attention`` implementation against the reference, and against dense
-attention on the gathered pages."""
+"""``page_attention`` against dense attention on the gathered pages, on every implementation
+(the reference cases run in test_conformance.py)."""
 
 from __future__ import annotations
 
+import re
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import ejkernel
+from ejkernel.errors import UnsupportedError
+from ejkernel.ops import device_for_arrays
+from ejkernel.ops.page_attention.cases import PageAttentionCase
 from ejkernel.testing import conformance as C
-
-from ._impls import assert_declines, declined, impl_params
 
 OP = "page_attention"
 
 
-@pytest.mark.parametrize("impl_cfg", impl_params(OP))
-@pytest.mark.parametrize("case", C.PAGE_ATTENTION_CASES, ids=lambda c: c.name)
-def test_page_attention(impl_cfg, case):
-    impl, cfg = impl_cfg
-
-    def fn(**kw):
-        return ejkernel.page_attention(**kw, platform=impl, cfg=cfg)
-
-    kwargs = C.make_page_inputs(case)
-    reason = declined(OP, impl, kwargs)
-    if reason is not None:
-        assert_declines(fn, kwargs, reason)
-        return
-    C.check_page_attention(fn, case)
+IMPLS = [pytest.param(impl, cfg, id=f"{impl.name}-{cfg_id}") for impl, cfg_id, cfg in C.impl_configs(OP)]
 
 
-@pytest.mark.parametrize("impl_cfg", impl_params(OP))
-def test_paged_equals_dense_on_gathered_pages(impl_cfg):
+@pytest.mark.parametrize(("impl", "cfg"), IMPLS)
+def test_paged_equals_dense_on_gathered_pages(impl, cfg):
     """Gather each sequence's pages into a dense padded K/V; flash_attention with the query as
     the last position (causal, bottom-right) and padding segments must give the same output."""
-    impl, cfg = impl_cfg
-    case = C.PageAttentionCase("dense-eq", context_lens=(5, 16, 31, 64), h=8, hk=2, block_size=8)
-    kw = C.make_page_inputs(case, seed=3)
-    reason = declined(OP, impl, kw)
+    case = PageAttentionCase("dense-eq", context_lens=(5, 16, 31, 64), h=8, hk=2, block_size=8)
+    kw = case.inputs(seed=3)
+    args = C.bind(OP, **kw)
+    reason = C.expected_decline(impl, args, device_for_arrays(jax.tree.leaves(args)))
     if reason is not None:
-        assert_declines(lambda **a: ejkernel.page_attention(**a, platform=impl, cfg=cfg), kw, reason)
+        with pytest.raises(UnsupportedError, match=re.escape(reason)):
+            ejkernel.page_attention(**kw, platform=impl.name, cfg=cfg)
         return
-    paged = ejkernel.page_attention(**kw, platform=impl, cfg=cfg)
+    paged = ejkernel.page_attention(**kw, platform=impl.name, cfg=cfg)
 
     tables = np.asarray(kw["block_tables"])
     lens = np.asarray(kw["context_lens"])

@@ -212,13 +212,19 @@ def test_non_str_platform_or_backend(field, value):
     [
         {"fwd_params": BwdParams(q_blocksize=64)},
         {"bwd_params": FwdParams(q_blocksize=64)},
-        {"fwd_params": {"q_blocksize": 64}},
         {"bwd_params": 64},
     ],
 )
 def test_params_of_the_wrong_type(kwargs):
     with pytest.raises(TypeError, match=next(iter(kwargs))):
         FlashAttentionConfig(**kwargs)
+
+
+def test_params_given_as_dicts_are_converted():
+    """A nested config given as a dict (as JSON gives it back) becomes its class, validated."""
+    assert FlashAttentionConfig(fwd_params={"q_blocksize": 64}).fwd_params == FwdParams(q_blocksize=64)
+    with pytest.raises(ValueError, match="num_warps"):
+        FlashAttentionConfig(bwd_params={"num_warps": 3})
 
 
 def test_flash_config_frozen():
@@ -362,7 +368,12 @@ def test_tuning_fields():
         "fwd_params": None,
         "bwd_params": None,
     }
-    assert PageAttentionConfig(platform="xla", num_splits=2).tuning_fields() == {"fwd_params": None, "num_splits": 2}
+    assert PageAttentionConfig(platform="xla", num_splits=2).tuning_fields() == {
+        "tokens_per_block": None,
+        "num_splits": 2,
+        "num_warps": None,
+        "num_stages": None,
+    }
     # the same tuning on two platforms
     a = dataclasses.replace(FULL, platform="triton", backend="gpu")
     assert a.tuning_fields() == FULL.tuning_fields()
@@ -373,7 +384,7 @@ def test_tuning_fields():
 
 def test_page_config_defaults():
     cfg = PageAttentionConfig()
-    assert (cfg.platform, cfg.backend, cfg.fwd_params, cfg.num_splits) == ("auto", "any", None, None)
+    assert (cfg.platform, cfg.backend, cfg.tokens_per_block, cfg.num_splits) == ("auto", "any", None, None)
     assert PageAttentionConfig.op_name == "page_attention"
     assert ejkernel.PageAttentionConfig is PageAttentionConfig
 
@@ -389,10 +400,14 @@ def test_page_config_num_splits_invalid(n, error):
         PageAttentionConfig(num_splits=n)
 
 
-def test_page_config_fwd_params_type():
-    assert PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=16)).fwd_params == FwdParams(kv_blocksize=16)
+def test_page_config_declares_its_own_tile_fields():
+    assert PageAttentionConfig(tokens_per_block=16).tokens_per_block == 16
+    with pytest.raises(TypeError, match="tokens_per_block"):
+        PageAttentionConfig(tokens_per_block=16.0)
+    with pytest.raises(ValueError, match="num_warps"):
+        PageAttentionConfig(num_warps=3)  # a power of two
     with pytest.raises(TypeError, match="fwd_params"):
-        PageAttentionConfig(fwd_params=BwdParams(kv_blocksize=16))
+        PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=16))  # attention tiling is not its config
 
 
 @pytest.mark.parametrize(
@@ -400,13 +415,13 @@ def test_page_config_fwd_params_type():
     [
         PageAttentionConfig(),
         PageAttentionConfig(num_splits=4),
-        PageAttentionConfig(platform=Platform.XLA, backend="CPU", fwd_params=FwdParams(kv_blocksize=32), num_splits=1),
+        PageAttentionConfig(platform=Platform.XLA, backend="CPU", tokens_per_block=32, num_splits=1, num_warps=4),
     ],
     ids=["default", "splits", "full"],
 )
 def test_page_config_round_trip(cfg):
     d = cfg.to_dict()
-    assert set(d) == {"platform", "backend", "fwd_params", "num_splits"}
+    assert set(d) == {"platform", "backend", "tokens_per_block", "num_splits", "num_warps", "num_stages"}
     back = PageAttentionConfig.from_dict(json.loads(json.dumps(d)))
     assert back == cfg
     assert hash(back) == hash(cfg)
@@ -420,11 +435,9 @@ def test_page_config_from_bad_dict():
 
 
 def test_page_config_filled_from():
-    cfg = PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=16))
-    default = PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=64, num_warps=4), num_splits=8)
-    assert cfg.filled_from(default) == PageAttentionConfig(
-        fwd_params=FwdParams(kv_blocksize=16, num_warps=4), num_splits=8
-    )
+    cfg = PageAttentionConfig(tokens_per_block=16)
+    default = PageAttentionConfig(tokens_per_block=64, num_warps=4, num_splits=8)
+    assert cfg.filled_from(default) == PageAttentionConfig(tokens_per_block=16, num_warps=4, num_splits=8)
     assert PageAttentionConfig(num_splits=1).filled_from(default).num_splits == 1
 
 

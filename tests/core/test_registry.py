@@ -55,7 +55,7 @@ def test_register_and_get_by_priority():
     assert reg.get("op", platform="xla") is low
     assert reg.get("op", backend="cpu") is low  # triton targets GPUs only
     assert [i.name for i in reg.implementations("op")] == ["triton", "xla"]
-    assert reg.algorithms() == ["op"]
+    assert reg.ops() == ["op"]
 
 
 def test_register_rejects_duplicates_and_bad_values():

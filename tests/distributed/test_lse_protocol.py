@@ -1,4 +1,4 @@
-"""The inner-kernel log-sum-exp protocol (``KernelImpl.supports_lse``) that ring attention uses.
+"""The inner-kernel log-sum-exp protocol (``AttentionImpl.supports_lse``) that ring attention uses.
 
 For every ``flash_attention`` implementation that provides it and runs here (XLA everywhere,
 Triton on NVIDIA GPUs once it does): the partial results of two key blocks from
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ejkernel.modules import AttentionArgs
 from ejkernel.ops import Backend, device_for_arrays, kernel_registry
+from ejkernel.ops.families.attention import AttentionArgs
 from ejkernel.testing import attention_reference
 from ejkernel.testing import conformance as C
 from ejkernel.testing.references import HIGHEST

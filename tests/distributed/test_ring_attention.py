@@ -189,8 +189,8 @@ def test_dispatch_is_observable_and_sees_the_shards(ring_mesh, rng):
             v,
         )
     assert [(d.op, d.impl) for d in log] == [("ring_attention", "xla")]
-    assert "q=f32[2,8,4,16]" in log[0].key and "k=f32[2,8,2,16]" in log[0].key, log[0].key
-    assert "axis=sp layout=contiguous" in log[0].key
+    assert "query=f32[2,8,4,16]" in log[0].key and "key=f32[2,8,2,16]" in log[0].key, log[0].key
+    assert "axis_name=sp layout=contiguous" in log[0].key
     # An explicit config reaches the inner kernel (and is validated by it).
     cfg = ejkernel.RingAttentionConfig(fwd_params=ejkernel.FwdParams(q_blocksize=8, kv_blocksize=8))
     with record_dispatches() as log:
@@ -258,7 +258,7 @@ def test_packed_transfer_moves_every_array_bit_for_bit(ring_mesh, odd):
     each device gets exactly what ``ppermute`` of each array would give it."""
     from jax import lax
 
-    from ejkernel.modules._ring import _ring_perm, _send_next
+    from ejkernel.ops.ring_attention._ring import _ring_perm, _send_next
 
     rng = np.random.default_rng(0)
     n = 8

@@ -68,8 +68,8 @@ def test_flash_attention_sharded_equals_unsharded(mesh, rng, hk, causal):
         out = ejkernel.flash_attention(q, k, v, causal=causal, mesh=mesh, in_specs=SPECS, out_specs=SPEC)
     # It really ran under shard_map: the implementation saw one shard (batch 2/2, heads 8/4).
     assert len(log) >= 1
-    assert all("q=f32[1,16,2,16]" in d.key for d in log), [d.key for d in log]
-    assert all(f"k=f32[1,16,{hk // 4},16]" in d.key for d in log), [d.key for d in log]
+    assert all("query=f32[1,16,2,16]" in d.key for d in log), [d.key for d in log]
+    assert all(f"key=f32[1,16,{hk // 4},16]" in d.key for d in log), [d.key for d in log]
     assert out.shape == q.shape
     assert_sharded(out, mesh, SPEC)
     plain = ejkernel.flash_attention(q, k, v, causal=causal)
@@ -87,7 +87,7 @@ def test_batch_only_and_heads_only_and_fused_axes(mesh, rng):
         close(out, plain)
         nb = {P(("dp", "tp")): 1, P("dp"): 4}.get(spec, 8)
         nh = 2 if spec == P(None, None, "dp") else 4
-        assert f"q=f32[{nb},8,{nh},16]" in log[0].key, (spec, log[0].key)
+        assert f"query=f32[{nb},8,{nh},16]" in log[0].key, (spec, log[0].key)
 
 
 def test_sharded_call_under_jit_with_default_out_specs(mesh, rng):
@@ -99,7 +99,7 @@ def test_sharded_call_under_jit_with_default_out_specs(mesh, rng):
 
     with record_dispatches() as log:
         out = f(q, k, v)
-    assert any("q=f32[1,16,2,16]" in d.key for d in log), [d.key for d in log]
+    assert any("query=f32[1,16,2,16]" in d.key for d in log), [d.key for d in log]
     # out_specs defaults to the query's spec.
     assert_sharded(out, mesh, SPEC)
     close(out, ejkernel.flash_attention(q, k, v, causal=True))
@@ -113,7 +113,7 @@ def test_short_specs_replicated_over_the_other_axis(mesh, rng):
     q, k, v = qkv(rng)
     with record_dispatches() as log:
         out = ejkernel.flash_attention(q, k, v, mesh=mesh, in_specs=(P("dp"),) * 3, out_specs=P("dp"))
-    assert "q=f32[1,16,8,16]" in log[0].key
+    assert "query=f32[1,16,8,16]" in log[0].key
     close(out, ejkernel.flash_attention(q, k, v))
 
 
@@ -123,7 +123,7 @@ def test_dense_ops_sharded_with_seq_q_ne_seq_k(op, mesh, rng):
     with record_dispatches() as log:
         out = op(q, k, v, causal=True, mesh=mesh, in_specs=SPECS, out_specs=SPEC)
     assert log and log[0].op == op.__name__
-    assert "q=f32[1,12,2,16]" in log[0].key
+    assert "query=f32[1,12,2,16]" in log[0].key
     close(out, op(q, k, v, causal=True))
     close(out, attention_reference(q, k, v, causal=True))
 
@@ -207,7 +207,7 @@ def test_bias_spec_is_derived(mesh, rng, shape, explicit):
 def test_bias_explicit_spec_must_match_the_derived_one(mesh, rng):
     q, k, v = qkv(rng)
     bias = jnp.asarray(rng.standard_normal((1, 8, 1, 16)), jnp.float32)
-    with pytest.raises(ValueError, match=r"bias of shape .* must be sharded as"):
+    with pytest.raises(ValueError, match=r"batch axis of bias has size 1 \(broadcast\) and cannot be sharded"):
         ejkernel.flash_attention(q, k, v, bias, mesh=mesh, in_specs=(*SPECS, P("dp", "tp", None, None)))
     with pytest.raises(ValueError, match="bias"):
         ejkernel.flash_attention(q, k, v, bias, mesh=mesh, in_specs=(*SPECS, P(None, None, None, None)))
@@ -219,7 +219,7 @@ def test_segment_ids_are_sharded_with_the_batch(mesh, rng):
     mi = ejkernel.MaskInfo.from_segments(seg)
     with record_dispatches() as log:
         out = ejkernel.flash_attention(q, k, v, mask_info=mi.with_causal(), mesh=mesh, in_specs=SPECS)
-    assert "seg=y" in log[0].key and "q=f32[1," in log[0].key
+    assert "q_segment_ids=i32" in log[0].key and "query=f32[1," in log[0].key
     close(out, ejkernel.flash_attention(q, k, v, mask_info=mi.with_causal()))
     close(out, attention_reference(q, k, v, mask_info=mi.with_causal()))
     assert np.all(np.asarray(out[0, 13:]) == 0), "padding tokens give zeros"
@@ -244,7 +244,7 @@ def test_pairwise_mask_spec_is_derived(mesh, rng, mask_heads):
     with record_dispatches() as log:
         out = ejkernel.flash_attention(q, k, v, mask_info=mi, mesh=mesh, in_specs=SPECS)
     local_heads = 1 if mask_heads == 1 else 2
-    assert f"mask=bool[1,{local_heads},16,16]" in log[0].key, log[0].key
+    assert f"attention_mask=bool[1,{local_heads},16,16]" in log[0].key, log[0].key
     close(out, ejkernel.flash_attention(q, k, v, mask_info=mi))
     close(out, attention_reference(q, k, v, mask_info=mi))
     assert np.all(np.asarray(out[0, 4]) == 0)
@@ -266,7 +266,7 @@ def test_softmax_aux_is_sharded_with_the_heads(mesh, rng, aux_shape):
     with record_dispatches() as log:
         out = ejkernel.flash_attention(q, k, v, softmax_aux=aux, causal=True, mesh=mesh, in_specs=SPECS)
     n = aux_shape[1] if len(aux_shape) == 2 else 1
-    assert f"aux=f32[2,{n}]" in log[0].key, log[0].key
+    assert f"softmax_aux=f32[2,{n}]" in log[0].key, log[0].key
     close(out, ejkernel.flash_attention(q, k, v, softmax_aux=aux, causal=True))
     close(out, attention_reference(q, k, v, softmax_aux=aux, causal=True))
 
@@ -285,7 +285,7 @@ def test_varlen_with_heads_sharded(heads_mesh, rng, h, causal):
     spec = P(None, None, "tp", None)
     with record_dispatches() as log:
         out = ejkernel.flash_attention(q, k, v, causal=causal, mesh=heads_mesh, in_specs=(spec,) * 3, **cu)
-    assert f"q=f32[1,{q.shape[1]},{h // 8},16]" in log[0].key and "cu=i32[5]" in log[0].key, log[0].key
+    assert f"query=f32[1,{q.shape[1]},{h // 8},16]" in log[0].key and "cum_seqlens_q=i32[5]" in log[0].key, log[0].key
     close(out, ejkernel.flash_attention(q, k, v, causal=causal, **cu))
     close(out, attention_reference(q, k, v, causal=causal, **cu))
     assert np.all(np.asarray(out[:, sum(lens_q) :]) == 0)
@@ -407,7 +407,7 @@ def test_page_attention_heads_sharded(mesh, rng, hk):
     with record_dispatches() as log:
         out = ejkernel.page_attention(**kw, mesh=mesh, in_specs=specs)
     assert log[0].op == "page_attention"
-    assert "q=f32[4,2,16]" in log[0].key and f"k=f32[19,4,{hk // 4},16]" in log[0].key, log[0].key
+    assert "query=f32[4,2,16]" in log[0].key and f"key_cache=f32[19,4,{hk // 4},16]" in log[0].key, log[0].key
     assert_sharded(out, mesh, P(None, "tp", None))
     close(out, ejkernel.page_attention(**kw))
     close(out, page_attention_reference(**kw))
@@ -418,7 +418,7 @@ def test_page_attention_batch_and_heads_sharded(mesh, rng):
     specs = (P("dp", "tp", None), CACHE_SPEC, CACHE_SPEC, P("dp"), P("dp", None))
     with record_dispatches() as log:
         out = ejkernel.page_attention(**kw, mesh=mesh, in_specs=specs)
-    assert "q=f32[2,2,16]" in log[0].key and "tables=i32[2,4]" in log[0].key, log[0].key
+    assert "query=f32[2,2,16]" in log[0].key and "block_tables=i32[2,4]" in log[0].key, log[0].key
     close(out, ejkernel.page_attention(**kw))
     close(out, page_attention_reference(**kw))
 
@@ -429,7 +429,7 @@ def test_page_attention_batch_sharded_caches_replicated(mesh, rng):
     specs = (P("dp", None, None), P(), P())
     with record_dispatches() as log:
         out = ejkernel.page_attention(**kw, mesh=mesh, in_specs=specs, out_specs=P("dp", None, None))
-    assert "q=f32[2,8,16]" in log[0].key and "tables=i32[2,4]" in log[0].key, log[0].key
+    assert "query=f32[2,8,16]" in log[0].key and "block_tables=i32[2,4]" in log[0].key, log[0].key
     close(out, ejkernel.page_attention(**kw))
     close(out, page_attention_reference(**kw))
     assert np.all(np.asarray(out[2]) == 0), "an empty context gives zeros"
@@ -473,18 +473,42 @@ def test_page_attention_heads_only_mesh(heads_mesh, rng):
 def dense_error_cases():
     b_only = P("dp", None, None, None)
     return [
-        ("q-seq", {}, (P("dp", "tp", None, None), b_only, b_only), ValueError, r"query sequence axis.*ring_attention"),
-        ("k-seq", {}, (b_only, P("dp", "tp", None, None), b_only), ValueError, r"key's sequence and head_dim"),
-        ("v-seq", {}, (b_only, b_only, P("dp", "tp", None, None)), ValueError, r"value's sequence and head_dim"),
-        ("q-dim", {}, (P("dp", None, None, "tp"), b_only, b_only), ValueError, r"head_dim axis cannot be sharded"),
-        ("k-dim", {}, (b_only, P("dp", None, None, "tp"), b_only), ValueError, r"key's sequence and head_dim"),
+        (
+            "q-seq",
+            {},
+            (P("dp", "tp", None, None), b_only, b_only),
+            ValueError,
+            r"seq_q axis of query cannot be sharded.*ring_attention",
+        ),
+        ("k-seq", {}, (b_only, P("dp", "tp", None, None), b_only), ValueError, r"seq_k axis of key cannot be sharded"),
+        (
+            "v-seq",
+            {},
+            (b_only, b_only, P("dp", "tp", None, None)),
+            ValueError,
+            r"seq_k axis of value cannot be sharded",
+        ),
+        (
+            "q-dim",
+            {},
+            (P("dp", None, None, "tp"), b_only, b_only),
+            ValueError,
+            r"head_dim axis of query cannot be sharded",
+        ),
+        (
+            "k-dim",
+            {},
+            (b_only, P("dp", None, None, "tp"), b_only),
+            ValueError,
+            r"head_dim axis of key cannot be sharded",
+        ),
         ("k-heads", {}, (SPEC, b_only, SPEC), ValueError, r"key must be sharded like query"),
         ("v-batch", {}, (SPEC, SPEC, P(None, None, "tp", None)), ValueError, r"value must be sharded like query"),
-        ("kv-heads", {"hk": 2}, SPECS, ValueError, r"num_kv_heads 2 .*divisible by the 4 shards"),
-        ("heads", {"h": 6, "hk": 6}, SPECS, ValueError, r"num_heads 6 .*divisible by the 4 shards"),
+        ("kv-heads", {"hk": 2}, SPECS, ValueError, r"num_kv_heads 2 is not divisible by the 4 shards"),
+        ("heads", {"h": 6, "hk": 6}, SPECS, ValueError, r"num_heads 6 is not divisible by the 4 shards"),
         ("batch", {"b": 3}, SPECS, ValueError, r"batch 3 is not divisible by the 2 shards"),
-        ("two-specs", {}, (SPEC, SPEC), ValueError, r"in_specs has 2 entries"),
-        ("four-specs-no-bias", {}, (*SPECS, P()), ValueError, r"in_specs has 4 entries; expected 3"),
+        ("two-specs", {}, (SPEC, SPEC), ValueError, r"in_specs has 2 entries; expected at least 3 \(query, key, value"),
+        ("four-specs-no-bias", {}, (*SPECS, P()), ValueError, r"in_specs gives a spec for bias, which is not passed"),
         ("one-spec", {}, SPEC, TypeError, r"in_specs must be a tuple of PartitionSpecs"),
         ("not-a-spec", {}, (SPEC, ("dp", None, "tp", None), SPEC), TypeError, r"in_specs entry of key"),
         ("five-dims", {}, (P("dp", None, "tp", None, None), SPEC, SPEC), ValueError, r"query has 5 entries"),
@@ -529,14 +553,29 @@ def test_varlen_rejects_sharded_batch_of_one(mesh, rng):
 def page_error_cases():
     q3 = P(None, "tp", None)
     return [
-        ("blocks", (q3, P("tp", None, None, None), CACHE_SPEC), ValueError, r"key_cache may only be sharded over kv"),
-        ("slots", (q3, CACHE_SPEC, P(None, "tp", None, None)), ValueError, r"value_cache may only be sharded over kv"),
-        ("cache-dim", (q3, P(None, None, None, "tp"), CACHE_SPEC), ValueError, r"key_cache may only be sharded"),
-        ("cache-unsharded", (q3, P(), P()), ValueError, r"key_cache may only be sharded over kv heads"),
-        ("q-dim", (P(None, None, "tp"), P(), P()), ValueError, r"head_dim cannot be sharded"),
+        (
+            "blocks",
+            (q3, P("tp", None, None, None), CACHE_SPEC),
+            ValueError,
+            r"num_blocks axis of key_cache cannot be sharded.*shared by every sequence",
+        ),
+        (
+            "slots",
+            (q3, CACHE_SPEC, P(None, "tp", None, None)),
+            ValueError,
+            r"block_size axis of value_cache cannot be sharded",
+        ),
+        (
+            "cache-dim",
+            (q3, P(None, None, None, "tp"), CACHE_SPEC),
+            ValueError,
+            r"head_dim axis of key_cache cannot be sharded",
+        ),
+        ("cache-unsharded", (q3, P(), P()), ValueError, r"key_cache must be sharded like query over num_kv_heads"),
+        ("q-dim", (P(None, None, "tp"), P(), P()), ValueError, r"head_dim axis of query cannot be sharded"),
         ("lens", (P("dp", "tp", None), CACHE_SPEC, CACHE_SPEC, P(), P("dp", None)), ValueError, r"context_lens must"),
         ("tables", (P("dp", "tp", None), CACHE_SPEC, CACHE_SPEC, P("dp"), P("dp", "tp")), ValueError, r"block_tables"),
-        ("four", (q3, CACHE_SPEC, CACHE_SPEC, P()), TypeError, r"in_specs must be a tuple"),
+        ("two", (q3, CACHE_SPEC), ValueError, r"expected at least 3 \(query, key_cache, value_cache;"),
         ("one", q3, TypeError, r"in_specs must be a tuple"),
         ("no-axis", (P(None, "xx", None), P(None, None, "xx", None), P(None, None, "xx", None)), ValueError, "'xx'"),
     ]
@@ -553,7 +592,7 @@ def test_page_attention_sharding_errors(mesh, rng, in_specs, exc, match):
 
 def test_page_attention_shape_errors(mesh, rng):
     specs = (P(None, "tp", None), CACHE_SPEC, CACHE_SPEC)
-    with pytest.raises(ValueError, match=r"num_kv_heads 2 must be divisible by the 4 shards"):
+    with pytest.raises(ValueError, match=r"num_kv_heads 2 is not divisible by the 4 shards"):
         ejkernel.page_attention(**paged_inputs(rng, hk=2), mesh=mesh, in_specs=specs)
     with pytest.raises(ValueError, match=r"batch 3 is not divisible"):
         ejkernel.page_attention(
@@ -561,5 +600,5 @@ def test_page_attention_shape_errors(mesh, rng):
         )
     kw = paged_inputs(rng)
     kw["query"] = kw["query"][:, None]
-    with pytest.raises(ValueError, match=r"length-1 axis cannot be sharded"):
+    with pytest.raises(ValueError, match=r"axis 1 of query cannot be sharded"):
         ejkernel.page_attention(**kw, mesh=mesh, in_specs=(P(None, "tp", None, None), P(), P()))

@@ -11,12 +11,13 @@ import dataclasses
 
 import pytest
 
+from ejkernel.ops.flash_attention.cases import CASES, AttentionCase
 from ejkernel.testing import conformance as C
 
 pytestmark = pytest.mark.gpu
 
 HEAD_DIMS = (64, 80, 96, 128, 192, 256)
-EVERYTHING = next(c for c in C.FLASH_ATTENTION_CASES if c.name == "everything")
+EVERYTHING = next(c for c in CASES if c.name == "everything")
 
 
 def _fn(**kw):
@@ -30,13 +31,11 @@ def _fn(**kw):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_head_dim(d, dtype, causal):
     """b2, sq 200 / sk 230, GQA 4/2: every tile of the last block crosses a sequence end."""
-    case = C.AttentionCase(
-        name=f"d{d}-{dtype}-{causal}", b=2, sq=200, sk=230, h=4, hk=2, d=d, causal=causal, dtype=dtype
-    )
-    C.check_attention(_fn, case)
+    case = AttentionCase(name=f"d{d}-{dtype}-{causal}", b=2, sq=200, sk=230, h=4, hk=2, d=d, causal=causal, dtype=dtype)
+    C.check(_fn, case, op="flash_attention")
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_head_dim_everything(d):
     """Causal, window, soft cap, bias, packed segments, sinks and dropout together, in bfloat16."""
-    C.check_attention(_fn, dataclasses.replace(EVERYTHING, name=f"everything-d{d}", d=d, dtype="bfloat16"))
+    C.check(_fn, dataclasses.replace(EVERYTHING, name=f"everything-d{d}", d=d, dtype="bfloat16"), op="flash_attention")

@@ -1,5 +1,5 @@
-"""The Triton flash-attention forward's Hopper TMA kernel (``ejkernel_triton/flash_attention/
-_fwd_tma.py``) on the GPU: the shared conformance cases it serves, in bfloat16 and float16, with
+"""The Triton flash-attention forward's Hopper TMA kernels (``ejkernel_triton/flash_attention/
+_fwd.py``) on the GPU: the shared conformance cases it serves, in bfloat16 and float16, with
 the heuristic's tiles and others, forward and gradients against the float32 reference. Also: the launch really takes that kernel,
 and a larger odd-length shape whose last tiles cross sequence ends."""
 
@@ -8,15 +8,17 @@ from __future__ import annotations
 import jax
 import pytest
 
-from ejkernel.modules import FlashAttentionConfig
 from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.ops.flash_attention import FlashAttentionConfig
+from ejkernel.ops.flash_attention.cases import CASES as FLASH_ATTENTION_CASES
+from ejkernel.ops.flash_attention.cases import AttentionCase
 from ejkernel.testing import conformance as C
 
 pytestmark = pytest.mark.gpu
 
 CASES = [
     c.with_dtype(dtype)
-    for c in C.FLASH_ATTENTION_CASES
+    for c in FLASH_ATTENTION_CASES
     if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
     for dtype in ("bfloat16", "float16")
 ]
@@ -39,31 +41,31 @@ def _fn(fwd: FwdParams):
 @pytest.mark.parametrize("cfg_id", list(CONFIGS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_tma_forward_conformance(case, cfg_id):
-    from ejkernel_triton.flash_attention import _call
+    from ejkernel_triton.flash_attention import _spec
 
-    args = C.bind("flash_attention", **C.make_attention_inputs(case))
-    assert _call.make_spec(args, CONFIGS[cfg_id], BWD).tma, "the call should take the TMA kernel"
-    C.check_attention(_fn(CONFIGS[cfg_id]), case)
+    args = C.bind("flash_attention", **case.inputs())
+    assert _spec.make_spec(args, CONFIGS[cfg_id], BWD).tma, "the call should take the TMA kernel"
+    C.check(_fn(CONFIGS[cfg_id]), case, op="flash_attention")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_tma_warp_specialized_forward(d, dtype):
     """Non-causal, lengths multiples of 128: the heuristic picks the warp-specialized kernel."""
-    from ejkernel_triton.flash_attention import _call
+    from ejkernel_triton.flash_attention import _call, _spec
 
-    case = C.AttentionCase(name=f"tma-ws-{d}", b=2, sq=256, sk=384, h=8, hk=2, d=d, dtype=dtype)
+    case = AttentionCase(name=f"tma-ws-{d}", b=2, sq=256, sk=384, h=8, hk=2, d=d, dtype=dtype)
     fwd = CONFIGS["ws-128x128x4x2"]
-    args = C.bind("flash_attention", **C.make_attention_inputs(case))
-    assert _call._warp_specialized(_call.make_spec(args, fwd, BWD))
-    C.check_attention(_fn(fwd), case)
+    args = C.bind("flash_attention", **case.inputs())
+    assert _call._warp_specialized(_spec.make_spec(args, fwd, BWD))
+    C.check(_fn(fwd), case, op="flash_attention")
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tma_forward_long_odd_sequences(causal):
     """b3, sq 1000 / sk 1300 (tiles cross sequence ends), GQA 8/2, d128: forward and gradients."""
-    case = C.AttentionCase(
+    case = AttentionCase(
         name=f"tma-odd-{causal}", b=3, sq=1000, sk=1300, h=8, hk=2, d=128, causal=causal, dtype="bfloat16"
     )
-    C.check_attention(_fn(CONFIGS["128x64x4x2"]), case)
+    C.check(_fn(CONFIGS["128x64x4x2"]), case, op="flash_attention")
     assert jax.default_backend() == "gpu"

@@ -1,7 +1,8 @@
-"""ejkernel-cuda: the extension, registration and declines (any machine), and the paged decode
-against the reference on long, ragged, GQA contexts (NVIDIA GPU only).
+"""ejkernel-cuda: the extension, registration and declared capabilities (any machine), and the
+paged decode against the reference on long, ragged, GQA contexts (NVIDIA GPU only).
 
-The shared ``page_attention`` conformance cases (tests/conformance) run this implementation too.
+The shared ``page_attention`` conformance cases (tests/conformance) run this implementation too,
+with its heuristic and each of its ``test_configs``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 import ejkernel
 from ejkernel.errors import UnsupportedError
 from ejkernel.ops import DeviceInfo, kernel_registry
+from ejkernel.ops.impl import declared_decline
 from ejkernel.testing import conformance as C
 from ejkernel_cuda import _ffi
 from ejkernel_cuda.page_attention import CudaPageAttention
@@ -27,6 +29,12 @@ H200 = DeviceInfo(platform="gpu", kind="NVIDIA H200", compute_capability=(9, 0))
 
 def _bind(**kw):
     return C.bind("page_attention", **kw)
+
+
+def _impl() -> CudaPageAttention:
+    impl = kernel_registry.get("page_attention", platform="cuda")
+    assert isinstance(impl, CudaPageAttention)
+    return impl
 
 
 def test_registered_through_the_entry_point():
@@ -58,7 +66,7 @@ def test_declines_without_a_gpu():
     assert out.shape == kw["query"].shape
 
 
-def test_missing_extension_declines_with_the_reason(monkeypatch):
+def test_missing_extension_is_unavailable_with_the_reason(monkeypatch):
     real = importlib.import_module
 
     def fake(name, *a, **k):
@@ -69,9 +77,9 @@ def test_missing_extension_declines_with_the_reason(monkeypatch):
     _ffi._load.cache_clear()
     monkeypatch.setattr(importlib, "import_module", fake)
     try:
-        args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(5,))))
-        reason = CudaPageAttention().decline(args, H200)
+        reason = CudaPageAttention().available(H200)
         assert reason is not None and "extension is not built" in reason and "simulated" in reason
+        assert kernel_registry.environment(_impl(), H200) == reason
     finally:
         monkeypatch.undo()
         _ffi._load.cache_clear()
@@ -80,20 +88,40 @@ def test_missing_extension_declines_with_the_reason(monkeypatch):
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"d": 80}, "supports head dims"),
-        ({"dv": 32}, "value_cache head_dim"),
+        ({"d": 80}, "supports head_dim in (64, 128, 256), got 80"),
+        ({"dv": 32}, "needs value_cache head_dim equal to key_cache's"),
     ],
 )
-def test_unsupported_shapes_decline(change, reason, monkeypatch):
+def test_unsupported_shapes_are_declared(change, reason, monkeypatch):
     monkeypatch.setattr(_ffi, "availability", lambda: None)
     case = C.PageAttentionCase("x", context_lens=(5, 9), **change)
-    assert reason in CudaPageAttention().decline(_bind(**C.make_page_inputs(case)), H200)
+    args = _bind(**C.make_page_inputs(case))
+    assert declared_decline(_impl(), args) == reason
+    assert kernel_registry.check(_impl(), args, H200) == reason
+    supported = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(5, 9), d=128, h=8, hk=2)))
+    assert kernel_registry.check(_impl(), supported, H200) is None
 
 
-def test_old_gpus_decline():
-    args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(5,))))
+def test_declaration():
+    impl = _impl()
+    assert tuple(impl.dtypes) == ("float32", "bfloat16", "float16")
+    assert dict(impl.allowed_sizes) == {"head_dim": H.HEAD_DIMS}
+    assert set(impl.unsupported) == {"value_head_dim"}
+    assert "decline" not in vars(CudaPageAttention)  # everything it refuses is declared
+    assert impl.version == "3"
+    assert impl.test_configs == {
+        "partition32": ejkernel.PageAttentionConfig(tokens_per_block=32),
+        "splits3": ejkernel.PageAttentionConfig(num_splits=3),
+    }
+
+
+def test_old_gpus_are_unavailable(monkeypatch):
+    monkeypatch.setattr(_ffi, "availability", lambda: None)
     old = DeviceInfo(platform="gpu", kind="Tesla V100", compute_capability=(7, 0))
-    assert "compute capability >= 8.0" in CudaPageAttention().decline(args, old)
+    assert "compute capability >= 8.0" in CudaPageAttention().available(old)
+    cpu = DeviceInfo(platform="cpu", kind="cpu", compute_capability=None)
+    assert "needs an NVIDIA GPU" in CudaPageAttention().available(cpu)
+    assert CudaPageAttention().available(H200) is None
 
 
 def test_heuristic_partition_splits_long_contexts():
@@ -126,19 +154,19 @@ def test_heuristic_partition_splits_long_contexts():
 def test_candidates_and_explicit_splits():
     args = _bind(**C.make_page_inputs(C.PageAttentionCase("x", context_lens=(300, 17), block_size=16)))
     cands = CudaPageAttention().candidate_cfgs(args, H200)
-    parts = [c.fwd_params.kv_blocksize for c in cands]
+    parts = [c.tokens_per_block for c in cands]
     assert parts == sorted(parts) and parts[0] == 256 and parts[-1] == 320  # capped at the context
     itemsize = jnp.dtype(args.key_cache.dtype).itemsize
     deepest = H.heuristic_stages(args.num_groups, args.head_dim, 256, args.block_size, itemsize)
-    assert {c.fwd_params.num_stages for c in cands} == {2, deepest} and deepest > 2
+    assert {c.num_stages for c in cands} == {2, deepest} and deepest > 2
     for c in cands:
         CudaPageAttention().validate_cfg(c, args, H200)
-    too_deep = ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=256, num_stages=7))
+    too_deep = ejkernel.PageAttentionConfig(tokens_per_block=256, num_stages=7)
     with pytest.raises(ValueError, match="num_stages must be in"):
         CudaPageAttention().validate_cfg(too_deep, args, H200)
     cfg = ejkernel.PageAttentionConfig(num_splits=3)
     assert CudaPageAttention._partition(cfg, args) == 102  # ceil(19 pages * 16 / 3)
-    with pytest.raises(ValueError, match="kv_blocksize"):
+    with pytest.raises(ValueError, match="tokens_per_block"):
         CudaPageAttention._partition(ejkernel.PageAttentionConfig(), args)
 
 
@@ -164,11 +192,7 @@ _LONG = [
 @pytest.mark.parametrize("partition,stages", [(None, None), (64, 2), (1000, 3), (2048, 6)])
 def test_long_ragged_contexts(case, partition, stages):
     # Partitions shorter than, not a multiple of, and much longer than a ring slot's tokens.
-    cfg = (
-        None
-        if partition is None
-        else ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=partition, num_stages=stages))
-    )
+    cfg = None if partition is None else ejkernel.PageAttentionConfig(tokens_per_block=partition, num_stages=stages)
     C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=1)
 
 
@@ -212,5 +236,5 @@ def test_one_partition(sinks, variant, monkeypatch):
     case = C.PageAttentionCase(
         "one-split", context_lens=(0, 5, 300, 511), h=8, hk=2, d=128, sinks=sinks, dtype="bfloat16"
     )
-    cfg = ejkernel.PageAttentionConfig(fwd_params=ejkernel.FwdParams(kv_blocksize=512, num_stages=3))
+    cfg = ejkernel.PageAttentionConfig(tokens_per_block=512, num_stages=3)
     C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=3)

@@ -1,51 +1,37 @@
-"""Helpers shared by this package's tests: a pretend TPU, calling an implementation directly,
-and checking that its Pallas kernels (not a fallback) are what runs.
+"""Helpers shared by this package's tests: a pretend TPU, the registered implementations, and
+checking that their Pallas kernels (not a fallback) are what runs.
 
 There is no TPU here, so the registry declines the Pallas implementations on real devices
-(that is asserted in test_registration.py). The tests call them directly instead, telling
-``decline``/``heuristic_cfg`` that the device is a TPU, inside ``interpret_mode()``: every
-pallas_call then runs in Pallas' TPU interpreter on the CPU.
+(asserted in test_registration.py). The tests run them the executor's way on a pretend TPU
+instead (``ejkernel.ops.run_impl(impl, args, cfg, device=TPU)``, or the shared conformance
+suite's ``check_impl(..., device=TPU)``) inside ``interpret_mode()``: every pallas_call then
+runs in Pallas' TPU interpreter on the CPU.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.extend.core as jex
-import pytest
 
-from ejkernel.errors import UnsupportedError
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig, kernel_registry, run_impl
 from ejkernel.testing import conformance as C
 
 TPU = DeviceInfo(platform="tpu", kind="TPU v5 lite", runtime="interpret")
 TPU_KINDS = ("TPU v4", "TPU v5 lite", "TPU v6 lite")
 
 
-def kernel_fn(impl: KernelImpl, op: str, cfg: OpConfig | None, device: DeviceInfo = TPU) -> Callable[..., Any]:
-    """``fn(**kwargs)`` running ``op`` through ``impl`` only: decline → config (``cfg`` filled
-    from the heuristic) → validate → run, as the executor would on a TPU."""
-
-    def fn(**kwargs: Any) -> Any:
-        args = C.bind(op, **kwargs)
-        reason = impl.decline(args, device)
-        if reason is not None:
-            raise UnsupportedError(op, impl.name or "pallas", reason)
-        heuristic = impl.heuristic_cfg(args, device)
-        full = heuristic if cfg is None else cfg.filled_from(heuristic)
-        impl.validate_cfg(full, args, device)
-        return impl.run(args, full)
-
-    return fn
+def registered(op: str) -> KernelImpl:
+    """The Pallas implementation of ``op`` as the entry point registered it."""
+    return kernel_registry.get(op, platform="pallas")
 
 
-def assert_declines(fn: Callable[..., Any], kwargs: dict[str, Any], reason: str) -> None:
-    """A declined feature raises the documented error carrying the documented reason."""
-    with pytest.raises(UnsupportedError, match=re.escape(reason)):
-        fn(**kwargs)
+def on_tpu(impl: KernelImpl, cfg: OpConfig | None = None) -> Callable[..., Any]:
+    """``fn(**kwargs)``: one call of ``impl`` alone on the pretend TPU, as the executor runs it
+    (declaration check, config from ``cfg`` filled from the heuristic, validation, run)."""
+    return lambda **kw: run_impl(impl, C.bind(impl.op_name, **kw), cfg, device=TPU)
 
 
 def pallas_kernel_names(fn: Callable[..., Any], *args: Any) -> list[str]:

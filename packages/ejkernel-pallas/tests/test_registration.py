@@ -10,20 +10,31 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _pallas_support import TPU
+from _pallas_support import TPU, registered
 
 import ejkernel
 from ejkernel.errors import UnsupportedError
-from ejkernel.modules import FlashAttentionConfig, PageAttentionConfig
 from ejkernel.ops import Backend, BwdParams, DeviceInfo, FwdParams, Platform, kernel_registry, record_dispatches
+from ejkernel.ops.flash_attention import FlashAttentionConfig
+from ejkernel.ops.flash_attention.cases import AttentionCase
+from ejkernel.ops.page_attention import PageAttentionConfig
+from ejkernel.ops.page_attention.cases import PageAttentionCase
 from ejkernel.testing import conformance as C
 from ejkernel_pallas.tpu.flash_attention import PallasTpuFlashAttention
 from ejkernel_pallas.tpu.flash_attention import heuristics as FH
 from ejkernel_pallas.tpu.flash_attention._plan import plan_blocks, row_bounds
+from ejkernel_pallas.tpu.flash_attention.impl import (
+    NO_BIAS,
+    NO_DROPOUT,
+    NO_PAIRWISE,
+    NO_POSITION_OFFSET,
+    NO_VARLEN,
+)
 from ejkernel_pallas.tpu.page_attention import PallasTpuPageAttention
 from ejkernel_pallas.tpu.page_attention import heuristics as PH
 
-FLASH, PAGE = PallasTpuFlashAttention(), PallasTpuPageAttention()
+FLASH, PAGE = registered("flash_attention"), registered("page_attention")
+check = kernel_registry.check
 
 
 @pytest.mark.parametrize(
@@ -33,10 +44,19 @@ def test_registered_through_the_entry_point(op, cls):
     impl = kernel_registry.get(op, platform="pallas")
     assert isinstance(impl, cls)
     assert (impl.platform, impl.backend, impl.plugin, impl.name) == (Platform.PALLAS, Backend.TPU, "pallas", "pallas")
+    assert impl.op_name == op
     assert impl.priority > kernel_registry.get(op, platform="xla").priority
     info = {b.name: b for b in kernel_registry.backends()}["pallas"]
     assert info.status == "loaded", info.error
     assert f"{op}/pallas" in info.implementations
+
+
+def test_no_ring_attention_without_the_lse_protocol():
+    """The Pallas flash kernels return no log-sum-exp to combine: no ring attention over them."""
+    assert not FLASH.supports_lse
+    assert "pallas" not in [i.name for i in kernel_registry.implementations("ring_attention")]
+    info = {b.name: b for b in kernel_registry.backends()}["pallas"]
+    assert sorted(info.implementations) == ["flash_attention/pallas", "page_attention/pallas"]
 
 
 def test_registration_does_not_import_pallas():
@@ -50,11 +70,11 @@ def test_registration_does_not_import_pallas():
 
 
 def _attention_inputs(dtype="float32"):
-    return C.make_attention_inputs(C.AttentionCase("cpu", b=1, sq=24, sk=24, h=2, hk=1, dtype=dtype, causal=True))
+    return AttentionCase("cpu", b=1, sq=24, sk=24, h=2, hk=1, dtype=dtype, causal=True).inputs()
 
 
 def _page_inputs(**kw):
-    return C.make_page_inputs(C.PageAttentionCase("cpu", context_lens=(5, 17), h=4, hk=2, **kw))
+    return PageAttentionCase("cpu", context_lens=(5, 17), h=4, hk=2, **kw).inputs()
 
 
 def test_declines_on_this_machine_and_auto_picks_another():
@@ -71,19 +91,48 @@ def test_declines_on_this_machine_and_auto_picks_another():
     assert [d.impl for d in log] == ["xla", "xla"]
 
 
+def test_declarations():
+    """What each implementation refuses is declared (the conformance suite reads it); neither
+    keeps a ``decline()`` of its own."""
+    assert tuple(FLASH.dtypes) == ("float32", "bfloat16")
+    assert dict(FLASH.max_sizes) == {"head_dim": 256, "value_head_dim": 256}
+    assert dict(FLASH.allowed_sizes) == {}
+    assert dict(FLASH.unsupported) == {
+        "bias": NO_BIAS,
+        "dropout": NO_DROPOUT,
+        "varlen": NO_VARLEN,
+        "attention_mask": NO_PAIRWISE,
+        "position_offset": NO_POSITION_OFFSET,
+    }
+    assert "decline" not in vars(PallasTpuFlashAttention)
+    assert FLASH.test_configs == {
+        "tiles16x128-bwd32x128": FlashAttentionConfig(
+            fwd_params=FwdParams(q_blocksize=16, kv_blocksize=128),
+            bwd_params=BwdParams(q_blocksize=32, kv_blocksize=128),
+        )
+    }
+    assert tuple(PAGE.dtypes) == ("float32", "bfloat16")
+    assert set(PAGE.allowed_sizes) == {"block_size", "head_dim", "value_head_dim"}
+    assert "decline" not in vars(PallasTpuPageAttention)
+    assert dict(PAGE.unsupported) == {}
+    assert PAGE.test_configs == {"step32tokens": PageAttentionConfig(tokens_per_block=32)}
+
+
 def test_device_declines():
     args = C.bind("flash_attention", **_attention_inputs())
-    assert FLASH.decline(args, TPU) is None
-    assert FLASH.decline(args, DeviceInfo(platform="tpu", kind="TPU7x")) is None
-    assert "TPU v4 or newer" in FLASH.decline(args, DeviceInfo(platform="tpu", kind="TPU v3"))
-    assert "needs a TPU" in FLASH.decline(args, DeviceInfo(platform="gpu", kind="NVIDIA H200"))
+    assert FLASH.available(TPU) is None and check(FLASH, args, TPU) is None
+    assert check(FLASH, args, DeviceInfo(platform="tpu", kind="TPU7x")) is None
+    assert "TPU v4 or newer" in check(FLASH, args, DeviceInfo(platform="tpu", kind="TPU v3"))
+    gpu = DeviceInfo(platform="gpu", kind="NVIDIA H200")
+    assert check(FLASH, args, gpu) == "needs a TPU; this call runs on gpu (NVIDIA H200)"
     pargs = C.bind("page_attention", **_page_inputs())
-    assert PAGE.decline(pargs, TPU) is None
-    assert "TPU v4 or newer" in PAGE.decline(pargs, DeviceInfo(platform="tpu", kind="TPU v2"))
+    assert PAGE.available(TPU) is None and check(PAGE, pargs, TPU) is None
+    assert "TPU v4 or newer" in check(PAGE, pargs, DeviceInfo(platform="tpu", kind="TPU v2"))
 
 
 def test_flash_feature_declines():
-    assert "float32 and bfloat16" in FLASH.decline(C.bind("flash_attention", **_attention_inputs("float16")), TPU)
+    f16 = C.bind("flash_attention", **_attention_inputs("float16"))
+    assert check(FLASH, f16, TPU) == "supports float32, bfloat16 inputs, got float16"
     kw = _attention_inputs()
     big = {
         **kw,
@@ -91,21 +140,27 @@ def test_flash_feature_declines():
         "key": jnp.zeros((1, 8, 1, 320)),
         "value": jnp.zeros((1, 8, 1, 320)),
     }
-    assert "head dims up to 256" in FLASH.decline(C.bind("flash_attention", **big), TPU)
+    assert check(FLASH, C.bind("flash_attention", **big), TPU) == "supports head_dim up to 256, got 320"
+    wide_v = {**kw, "value": jnp.zeros((1, 24, 1, 384))}
+    assert check(FLASH, C.bind("flash_attention", **wide_v), TPU) == "supports value_head_dim up to 256, got 384"
 
 
 def test_flash_declines_a_ring_position_offset():
     args = C.bind("flash_attention", **_attention_inputs())
     shifted = dataclasses.replace(args, position_offset=jnp.asarray(5, jnp.int32))
-    assert "position_offset" in FLASH.decline(shifted, TPU)
+    assert check(FLASH, shifted, TPU) == NO_POSITION_OFFSET
 
 
 def test_page_declines():
     kw = _page_inputs()
-    mixed = {**kw, "query": kw["query"].astype(jnp.bfloat16)}
-    assert "must share a dtype" in PAGE.decline(C.bind("page_attention", **mixed), TPU)
-    odd = C.make_page_inputs(C.PageAttentionCase("odd", context_lens=(5,), h=2, hk=1, d=192))
-    assert "head_dim must be at most 128 or a multiple of 128" in PAGE.decline(C.bind("page_attention", **odd), TPU)
+    with pytest.raises(TypeError, match="must have the dtype of query"):  # the op refuses mixed dtypes itself
+        C.bind("page_attention", **{**kw, "query": kw["query"].astype(jnp.bfloat16)})
+    f16 = C.bind("page_attention", **_page_inputs(dtype="float16"))
+    assert check(PAGE, f16, TPU) == "supports float32, bfloat16 inputs, got float16"
+    odd = C.bind("page_attention", **PageAttentionCase("odd", context_lens=(5,), h=2, hk=1, d=192).inputs())
+    assert check(PAGE, odd, TPU) == "supports head_dim at most 128 or a multiple of 128, got 192"
+    wide = C.bind("page_attention", **PageAttentionCase("wide", context_lens=(5,), h=2, hk=1, d=256).inputs())
+    assert check(PAGE, wide, TPU) is None
 
 
 SHAPES = list(itertools.product((1, 17, 200, 1000, 8192), (1, 130, 4096), ((64, 64), (128, 128), (256, 256), (80, 32))))
@@ -128,7 +183,7 @@ def test_flash_heuristics_follow_the_tiling_rules(dtype):
 
 
 def test_flash_validate_cfg():
-    args = C.bind("flash_attention", **C.make_attention_inputs(C.AttentionCase("v", sq=300, sk=700, h=2, hk=2, d=128)))
+    args = C.bind("flash_attention", **AttentionCase("v", sq=300, sk=700, h=2, hk=2, d=128).inputs())
     good = FLASH.heuristic_cfg(args, TPU)
     FLASH.validate_cfg(good, args, TPU)
     for cand in FLASH.candidate_cfgs(args, TPU):
@@ -141,7 +196,7 @@ def test_flash_validate_cfg():
     for message, fwd in bad.items():
         with pytest.raises(ValueError, match=message):
             FLASH.validate_cfg(FlashAttentionConfig(fwd_params=fwd, bwd_params=good.bwd_params), args, TPU)
-    bf16 = C.bind("flash_attention", **C.make_attention_inputs(C.AttentionCase("v", sq=64, sk=64, dtype="bfloat16")))
+    bf16 = C.bind("flash_attention", **AttentionCase("v", sq=64, sk=64, dtype="bfloat16").inputs())
     with pytest.raises(ValueError, match="multiple of 16 for bfloat16"):
         FLASH.validate_cfg(FlashAttentionConfig(fwd_params=FwdParams(8, 128), bwd_params=BwdParams(16, 128)), bf16, TPU)
     long = C.bind(
@@ -160,23 +215,27 @@ def test_page_configs():
     args = C.bind("page_attention", **_page_inputs())
     cfg = PAGE.heuristic_cfg(args, TPU)
     PAGE.validate_cfg(cfg, args, TPU)
-    assert cfg.fwd_params.kv_blocksize % args.block_size == 0
+    assert cfg.tokens_per_block % args.block_size == 0
     for cand in PAGE.candidate_cfgs(args, TPU):
         PAGE.validate_cfg(cand, args, TPU)
-    with pytest.raises(ValueError, match="multiple of the cache's block_size"):
-        PAGE.validate_cfg(PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=24)), args, TPU)
+    with pytest.raises(
+        ValueError, match=r"tokens_per_block \(24\) must be a positive multiple of the cache's block_size"
+    ):
+        PAGE.validate_cfg(PageAttentionConfig(tokens_per_block=24), args, TPU)
+    with pytest.raises(ValueError, match="needs tokens_per_block"):
+        PAGE.validate_cfg(PageAttentionConfig(num_splits=1), args, TPU)
     with pytest.raises(ValueError, match="num_splits"):
-        PAGE.validate_cfg(PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=16), num_splits=2), args, TPU)
+        PAGE.validate_cfg(PageAttentionConfig(tokens_per_block=16, num_splits=2), args, TPU)
     # Up to 512 tokens per step, as many pages as fit the VMEM slots (halving when not).
     budget = 6 << 20
     for bs, hk, d, dtype in itertools.product(
         (8, 16, 64, 128), (1, 8, 32), (64, 128, 256), (jnp.float32, jnp.bfloat16)
     ):
-        pages = PH.heuristic(bs, 1024, hk, d, d, dtype).kv_blocksize // bs
+        pages = PH.heuristic(bs, 1024, hk, d, d, dtype) // bs
         assert pages * bs <= max(512, bs)
         assert pages == 1 or PH.buffer_bytes(pages, bs, hk, d, d, dtype) <= budget
         assert pages * bs * 2 > 512 or PH.buffer_bytes(2 * pages, bs, hk, d, d, dtype) > budget
-    assert PH.heuristic(16, 3, 8, 128, 128, jnp.bfloat16).kv_blocksize == 48  # no more pages than the table has
+    assert PH.heuristic(16, 3, 8, 128, 128, jnp.bfloat16) == 48  # no more pages than the table has
 
 
 PLAN_CASES = [

@@ -1,10 +1,11 @@
 """The Triton kernels, with their host wrappers, in Triton's interpreter on the CPU.
 
 Run by ``nox -s triton_interpret`` (``TRITON_INTERPRET=1``, PyTorch CPU tensors). On a GPU the
-same kernels run through the shared conformance suite; here they are checked without one, on the
-same cases, with small 16x16 tiles so every kernel visits several blocks and all three loop
-stages. The interpreter's ``tl.dot`` is wrong on bfloat16 operands (NumPy has no bfloat16), so the
-low-precision cases run in float16 here.
+same kernels run through the shared conformance suite; here they go through the same suite
+(``check_impl`` on a pretend Hopper GPU: declaration check, config filled from the heuristic and
+validated, run, compared with the reference) on the same cases, with small 16x16 tiles so every
+kernel visits several blocks and all three loop stages. The interpreter's ``tl.dot`` is wrong on
+bfloat16 operands (NumPy has no bfloat16), so the low-precision cases run in float16 here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ejkernel.modules import FlashAttentionConfig
-from ejkernel.ops import BwdParams, DeviceInfo, FwdParams
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, kernel_registry, run_impl
+from ejkernel.ops.families.attention import AttentionArgs
+from ejkernel.ops.flash_attention import FlashAttentionConfig
+from ejkernel.ops.flash_attention.cases import CASES as FLASH_ATTENTION_CASES
+from ejkernel.ops.flash_attention.cases import AttentionCase
 from ejkernel.testing import attention_reference
 from ejkernel.testing import conformance as C
 
@@ -27,6 +31,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated i
 from ejkernel_triton._launch import interpreted
 from ejkernel_triton.flash_attention import TritonFlashAttention
 
+OP = "flash_attention"
 GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))
 CONFIGS = {
     "16x16-bwd16x32": FlashAttentionConfig(
@@ -38,19 +43,13 @@ CONFIGS = {
         bwd_params=BwdParams(q_blocksize=32, kv_blocksize=16, num_warps=4, num_stages=1),
     ),
 }
-CASES = [c.with_dtype("float16") if c.dtype == "bfloat16" else c for c in C.FLASH_ATTENTION_CASES]
-IMPL = TritonFlashAttention()
+CASES = [c.with_dtype("float16") if c.dtype == "bfloat16" else c for c in FLASH_ATTENTION_CASES]
+IMPL = kernel_registry.get(OP, platform="triton")  # as the entry point registered it
 
 
-def kernel_fn(cfg):
-    def fn(**kw):
-        args = C.bind("flash_attention", **kw)
-        reason = IMPL.decline(args, GPU)
-        if reason is not None and "not installed" not in reason:  # jax-triton is not needed here
-            raise NotImplementedError(reason)
-        return IMPL.run(args, cfg)
-
-    return fn
+def on_gpu(cfg: FlashAttentionConfig):
+    """``fn(**kwargs)``: one call of the implementation alone on the pretend GPU, the executor's way."""
+    return lambda **kw: run_impl(IMPL, C.bind(OP, **kw), cfg, device=GPU)
 
 
 @pytest.fixture(autouse=True)
@@ -59,24 +58,26 @@ def _interpreted():
         yield
 
 
+def test_the_registered_implementation():
+    assert isinstance(IMPL, TritonFlashAttention)
+    assert IMPL.available(GPU) is None  # inside interpreted(): jax-triton is not needed
+
+
 @pytest.mark.parametrize("cfg_id", list(CONFIGS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_conformance(case, cfg_id):
-    fn = kernel_fn(CONFIGS[cfg_id])
-    if case.pairwise:  # declined by design: the reason is the documented one
-        with pytest.raises(NotImplementedError, match="pairwise attention masks are not supported"):
-            fn(**C.make_attention_inputs(case))
-        return
-    C.check_attention(fn, case)
+    """Each case matches the reference, or (pairwise masks) raises the declared reason."""
+    outcome = C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU)
+    assert outcome == ("declined" if case.pairwise else "ok")
 
 
 TMA_CASES = [
     *(
         c.with_dtype("float16")
-        for c in C.FLASH_ATTENTION_CASES
+        for c in FLASH_ATTENTION_CASES
         if c.name in ("basic", "len1", "gqa-d128", "mqa-cross", "causal", "causal-sq<sk", "causal-sq>sk")
     ),
-    C.AttentionCase(name="aligned-gqa", b=2, sq=64, sk=48, h=4, hk=2, d=64, dtype="float16"),
+    AttentionCase(name="aligned-gqa", b=2, sq=64, sk=48, h=4, hk=2, d=64, dtype="float16"),
 ]
 TMA_CONFIGS = {
     "16x16x4": FlashAttentionConfig(fwd_params=FwdParams(16, 16, 4, 1), bwd_params=BwdParams(16, 32, 4, 1)),
@@ -88,18 +89,18 @@ TMA_CONFIGS = {
 @pytest.mark.parametrize("case", TMA_CASES, ids=lambda c: c.name)
 def test_tma_forward(case, cfg_id):
     """16-bit inputs without bias, segments, soft cap, window, sinks, dropout or varlen take the
-    Hopper TMA forward (``_fwd_tma``): odd lengths, GQA/MQA, causal with rows that see no key, and
-    (``aligned-gqa`` with 4 warps) the warp-specialized kernel."""
-    from ejkernel_triton.flash_attention import _call
+    Hopper TMA forward (``_fwd.flash_fwd_tma_kernel``): odd lengths, GQA/MQA, causal with rows that
+    see no key, and (``aligned-gqa`` with 4 warps) the warp-specialized kernel."""
+    from ejkernel_triton.flash_attention import _spec
 
     cfg = TMA_CONFIGS[cfg_id]
-    args = C.bind("flash_attention", **C.make_attention_inputs(case))
-    assert _call.make_spec(args, cfg.fwd_params, cfg.bwd_params).tma
-    C.check_attention(kernel_fn(cfg), case)
+    args = C.bind(OP, **case.inputs())
+    assert _spec.make_spec(args, cfg.fwd_params, cfg.bwd_params).tma
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
 
 
 def test_vmap_folds_into_the_batch_and_maps_otherwise():
-    fn = kernel_fn(CONFIGS["16x16-bwd16x32"])
+    fn = on_gpu(CONFIGS["16x16-bwd16x32"])
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.standard_normal((3, 2, 40, 4, 32)), jnp.float32)
     k, v = (jnp.asarray(rng.standard_normal((3, 2, 40, 2, 32)), jnp.float32) for _ in range(2))
@@ -129,9 +130,6 @@ def test_lse_protocol_matches_the_xla_blocks(causal):
     implementation's on a GQA block with segment ids and a broadcast bias: float32 output, the
     natural-log ``lse`` (-inf for a row that sees no key), and each block's float32 gradients
     given a *global* output and ``lse`` (here: another block's, so rows are not normalized)."""
-    from ejkernel.modules import AttentionArgs
-    from ejkernel.ops import kernel_registry
-
     rng = np.random.default_rng(3)
     b, sq, sk, h, hk, d = 2, 40, 24, 4, 2, 32
 

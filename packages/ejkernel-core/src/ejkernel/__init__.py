@@ -3,34 +3,25 @@
 >>> import ejkernel
 >>> out = ejkernel.flash_attention(q, k, v, causal=True)     # doctest: +SKIP
 
+Every op (``ejkernel.list_ops()``) is exported here with its Module and Config classes.
 Backends (``ejkernel-xla``, ``ejkernel-triton``, ...) are separate distributions discovered
 through the ``ejkernel.backends`` entry point; ``ejkernel.backends()`` lists them and their status.
 """
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
+from typing import Any
 
-from . import errors, modules, ops, types
+from . import errors, ops, types
 from .errors import ConfigResolutionError, NoImplementationError, UnsupportedError
-from .modules import (
-    FlashAttention,
-    FlashAttentionConfig,
-    PageAttention,
-    PageAttentionConfig,
-    RingAttention,
-    RingAttentionConfig,
-    ScaledDotProductAttention,
-    ScaledDotProductAttentionConfig,
-    flash_attention,
-    page_attention,
-    ring_attention,
-    scaled_dot_product_attention,
-    zigzag_permute,
-    zigzag_unpermute,
-)
-from .ops import BwdParams, FwdParams, Policy, policy
-from .ops.registry import Backend, BackendInfo, Platform, kernel_registry
+from .ops import Backend, BackendInfo, BwdParams, FwdParams, Platform, Policy, kernel_registry, list_ops, policy
+from .ops.catalog import load_builtin_ops, op_exports
 from .types import MaskInfo
+
+load_builtin_ops()
+from . import modules  # noqa: E402  (after the ops are loaded)
+
+globals().update(op_exports())
 
 try:
     __version__ = _version("ejkernel-core")
@@ -48,32 +39,31 @@ __all__ = [
     "BackendInfo",
     "BwdParams",
     "ConfigResolutionError",
-    "FlashAttention",
-    "FlashAttentionConfig",
     "FwdParams",
     "MaskInfo",
     "NoImplementationError",
-    "PageAttention",
-    "PageAttentionConfig",
     "Platform",
     "Policy",
-    "RingAttention",
-    "RingAttentionConfig",
-    "ScaledDotProductAttention",
-    "ScaledDotProductAttentionConfig",
     "UnsupportedError",
     "__version__",
     "backends",
     "errors",
-    "flash_attention",
     "kernel_registry",
+    "list_ops",
     "modules",
     "ops",
-    "page_attention",
     "policy",
-    "ring_attention",
-    "scaled_dot_product_attention",
     "types",
-    "zigzag_permute",
-    "zigzag_unpermute",
 ]
+__all__ += sorted(op_exports())
+
+
+def __getattr__(name: str) -> Any:
+    exports = op_exports()  # ops defined after import (a plugin's, a test's)
+    if name in exports:
+        return exports[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *op_exports()})

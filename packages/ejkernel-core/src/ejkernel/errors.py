@@ -25,16 +25,16 @@ class UnsupportedError(EjkernelError, NotImplementedError):
     """An implementation declined a call (a feature, dtype, shape or device it does not support).
 
     Attributes:
-        algorithm: the op name, e.g. ``"flash_attention"``.
+        op: the op name, e.g. ``"flash_attention"`` (also ``algorithm``, its earlier name).
         implementation: the declining implementation's name, e.g. ``"triton"``.
         reason: why it declined, in words.
     """
 
-    def __init__(self, algorithm: str, implementation: str, reason: str):
-        self.algorithm = algorithm
+    def __init__(self, op: str, implementation: str, reason: str):
+        self.op = self.algorithm = op
         self.implementation = implementation
         self.reason = reason
-        super().__init__(f"{algorithm}: implementation {implementation!r} declined: {reason}")
+        super().__init__(f"{op}: implementation {implementation!r} declined: {reason}")
 
 
 class NoImplementationError(EjkernelError, RuntimeError):
@@ -44,14 +44,14 @@ class NoImplementationError(EjkernelError, RuntimeError):
     mapping means none is registered (install a backend, e.g. ``pip install ejkernel-core[xla]``).
     """
 
-    def __init__(self, algorithm: str, reasons: dict[str, str], hint: str = ""):
-        self.algorithm = algorithm
+    def __init__(self, op: str, reasons: dict[str, str], hint: str = ""):
+        self.op = self.algorithm = op
         self.reasons = dict(reasons)
         if reasons:
             lines = "\n".join(f"  - {name}: {why}" for name, why in reasons.items())
-            msg = f"no implementation of {algorithm!r} accepts this call:\n{lines}"
+            msg = f"no implementation of {op!r} accepts this call:\n{lines}"
         else:
-            msg = f"no implementation of {algorithm!r} is registered"
+            msg = f"no implementation of {op!r} is registered"
         if hint:
             msg += f"\n{hint}"
         super().__init__(msg)

@@ -26,3 +26,5 @@ def register(registry: Any) -> None:
 
     registry.register("flash_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuFlashAttention)
     registry.register("page_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuPageAttention)
+    # No ring_attention: the flash kernels do not provide the log-sum-exp protocol
+    # (AttentionImpl.supports_lse) that ejkernel.ops.ring_attention.RingAttentionImpl combines.

@@ -1,7 +1,10 @@
 """ejkernel's XLA backend: pure-JAX implementations of every op, for every device.
 
 Registered through the ``ejkernel.backends`` entry point (``xla = "ejkernel_xla:register"``) at
-priority 0, so any faster backend that accepts a call (priority > 0) wins over it.
+priority 0, so any faster backend that accepts a call (priority > 0) wins over it. Each op has a
+folder here with the backend vocabulary: ``impl.py`` (what the implementation declares, its
+configs), ``heuristics.py`` (pure functions of the shapes) and its kernel files by role
+(``_kernel.py``); ``_tiles.py`` holds the tile-level pieces the attention kernels share.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ PRIORITY = 0
 def register(registry: Any) -> None:
     """Register the XLA implementations with ``registry`` (the entry point's target)."""
     from ejkernel.ops import Backend, Platform
+    from ejkernel.ops.ring_attention import RingAttentionImpl
 
     from .flash_attention import XlaFlashAttention
     from .page_attention import XlaPageAttention
@@ -26,3 +30,4 @@ def register(registry: Any) -> None:
         XlaScaledDotProductAttention
     )
     registry.register("page_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaPageAttention)
+    registry.register("ring_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(RingAttentionImpl(registry))

@@ -15,7 +15,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
-from ejkernel.modules.attention import AttentionArgs, dropout_keep_mask
+from ejkernel.ops.families.attention import AttentionArgs
+from ejkernel.ops.families.attention_math import dropout_keep_mask
 
 F32 = jnp.float32
 

@@ -1,27 +1,39 @@
-"""The kernel framework: op definitions, registry, config selection, autotuning and caches.
+"""The op framework: op definitions, registry, config selection, autotuning, caches, timing.
 
-Import order matters only inside this package: each module imports the ones above it.
+The ops themselves live in this package too, one folder each (``ejkernel/ops/flash_attention/``,
+...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
+ones above them in this list: ``config``, ``policy``, ``device``, ``args``, ``op``, ``impl``,
+``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``.
 """
 
-from .autotune import Autotuner, CandidateResult, TuneResult, time_callable
+from .args import Args, ArgSpec, ShardPlan, array, describe_array, static
+from .autotune import Autotuner, CandidateResult, TuneResult
 from .cache import SCHEMA_VERSION, CacheRecord, ConfigCache, PersistentCache, cache_key
-from .config import BwdParams, FwdParams, OpConfig
+from .catalog import load_builtin_ops, op_exports
+from .config import BwdParams, FwdParams, OpConfig, tile
 from .device import DeviceInfo, device_fingerprint, device_for_arrays
 from .executor import (
     CallOptions,
     Dispatch,
     Executor,
+    bind,
     create_default_executor,
     default_executor,
+    define,
     record_dispatches,
+    run_impl,
 )
-from .kernel import Kernel, args_record, array_field, array_fields, describe_array, get_op, list_ops
+from .impl import Backend, KernelImpl, Platform, SizeRule, declared_decline
+from .op import Kernel, Op, get_op, list_ops, op_class
 from .policy import Policy, current_policy, default_policy, policy
-from .registry import Backend, BackendInfo, KernelImpl, KernelRegistry, Platform, kernel_registry
-from .selection import ConfigSelectorChain, Tier, current_overlay, overlay
+from .registry import BackendInfo, KernelRegistry, kernel_registry
+from .selection import ConfigSelectorChain, Tier, current_overlay, overlay, resolve_config
+from .timing import device_ms, time_callable
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ArgSpec",
+    "Args",
     "Autotuner",
     "Backend",
     "BackendInfo",
@@ -38,29 +50,41 @@ __all__ = [
     "Kernel",
     "KernelImpl",
     "KernelRegistry",
+    "Op",
     "OpConfig",
     "PersistentCache",
     "Platform",
     "Policy",
+    "ShardPlan",
+    "SizeRule",
     "Tier",
     "TuneResult",
-    "args_record",
-    "array_field",
-    "array_fields",
+    "array",
+    "bind",
     "cache_key",
     "create_default_executor",
     "current_overlay",
     "current_policy",
+    "declared_decline",
     "default_executor",
     "default_policy",
+    "define",
     "describe_array",
     "device_fingerprint",
     "device_for_arrays",
+    "device_ms",
     "get_op",
     "kernel_registry",
     "list_ops",
+    "load_builtin_ops",
+    "op_class",
+    "op_exports",
     "overlay",
     "policy",
     "record_dispatches",
+    "resolve_config",
+    "run_impl",
+    "static",
+    "tile",
     "time_callable",
 ]

@@ -1,11 +1,11 @@
 """Autotuning: time an implementation's candidate configs on the device and keep the fastest.
 
 Tuning runs in a worker thread, on concrete random inputs of the call's abstract shapes
-(:meth:`Kernel.autotune_inputs`), so it works when the op is called inside ``jax.jit`` (or
-``grad``/``vmap``): the worker has no trace in progress. Each candidate is compiled ahead of time,
-run once to warm up, then timed with ``block_until_ready`` around each run; the median of the
-policy's repeats is its time. A candidate that fails to compile or run is recorded with its error
-and skipped.
+(:meth:`Op.autotune_inputs`), so it works when the op is called inside ``jax.jit`` (or
+``grad``/``vmap``): the worker has no trace in progress. Each candidate is timed with the same
+clock as ``ejkernel bench`` (:func:`ejkernel.ops.timing.device_ms`: device time per call, the
+median of the policy's repeats). A candidate that fails to compile or run is recorded with its
+error and skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import logging
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,15 +25,11 @@ import jax.numpy as jnp
 from .config import OpConfig
 from .device import DeviceInfo
 from .policy import Policy
+from .timing import device_ms, time_callable
 
 __all__ = ["Autotuner", "CandidateResult", "TuneResult", "time_callable"]
 
 log = logging.getLogger("ejkernel")
-
-# A repeat is at least this long: very fast kernels are run several times per repeat, so the
-# host's synchronization cost does not dominate the comparison.
-_MIN_REPEAT_S = 2e-3
-_MAX_INNER = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,24 +58,6 @@ class TuneResult:
         if bad:
             s += "; failed: " + "; ".join(f"{r.config.tuning_fields()}: {r.error}" for r in bad)
         return s
-
-
-def time_callable(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> float:
-    """Median milliseconds of ``fn()`` (synchronized with ``block_until_ready``)."""
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    one = time.perf_counter() - t0
-    inner = max(1, min(_MAX_INNER, int(_MIN_REPEAT_S / max(one, 1e-9))))
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            out = fn()
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples) * 1e3
 
 
 def _short(e: BaseException) -> str:
@@ -124,7 +101,7 @@ class Autotuner:
 
             progress = Progress(transient=True)
             progress.start()
-            task = progress.add_task(f"tuning {label or op.op_name}/{impl.name}", total=len(candidates))
+            task = progress.add_task(f"tuning {label or op.name}/{impl.name}", total=len(candidates))
         try:
             for cfg in candidates:
                 results.append(self._time_one(op, impl, inputs, cfg, policy, mode))
@@ -152,8 +129,7 @@ class Autotuner:
                 def fn(a: Any) -> Any:
                     return impl.run(a, cfg)
 
-            compiled = jax.jit(fn).lower(inputs).compile()
-            ms = time_callable(lambda: compiled(inputs), policy.autotune_repeats, warmup=self.warmup)
+            ms = device_ms(fn, (inputs,), policy.autotune_repeats)
             return CandidateResult(cfg, ms)
         except Exception as e:
             log.info("ejkernel: autotune candidate %s failed: %s", cfg.tuning_fields(), _short(e))

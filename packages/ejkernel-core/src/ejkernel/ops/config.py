@@ -10,29 +10,59 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["BwdParams", "FwdParams", "OpConfig", "check_positive_int"]
+import numpy as np
+
+__all__ = ["BwdParams", "FwdParams", "OpConfig", "check_positive_int", "tile"]
 
 C = TypeVar("C", bound="_Serializable")
 
 
-def check_positive_int(owner: str, name: str, value: Any, *, power_of_two: bool = False) -> None:
-    """Raise ``ValueError``/``TypeError`` unless ``value`` is None or a positive int."""
+def check_positive_int(
+    owner: str, name: str, value: Any, *, power_of_two: bool = False, minimum: int = 1, maximum: int | None = None
+) -> None:
+    """Raise ``ValueError``/``TypeError`` unless ``value`` is None or an int in ``[minimum, maximum]``."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{owner}.{name} must be an int or None, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{owner}.{name} must be positive, got {value}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be {'positive' if minimum == 1 else f'>= {minimum}'}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{owner}.{name} must be at most {maximum}, got {value}")
     if power_of_two and value & (value - 1):
         raise ValueError(f"{owner}.{name} must be a power of two, got {value}")
 
 
+def tile(default: Any = None, *, power_of_two: bool = False, maximum: int | None = None, minimum: int = 1) -> Any:
+    """A config field holding a positive int (or ``None``: chosen by the implementation).
+
+    The constraints are checked when the config is built (``ValueError``/``TypeError`` naming
+    the class and the field)."""
+    return dataclasses.field(
+        default=default, metadata={"power_of_two": power_of_two, "maximum": maximum, "minimum": minimum}
+    )
+
+
 class _Serializable:
-    """JSON round trip for frozen dataclasses whose fields are scalars or nested dataclasses."""
+    """Frozen dataclasses whose fields are scalars or nested dataclasses: validated from their
+    type hints at construction, and round-tripped through JSON.
+
+    Every field is checked against its annotation (``int | None``, ``FwdParams | None``,
+    ``bool``, ``str``, ...); int fields are positive unless their :func:`tile` metadata says
+    otherwise. A nested config given as a dict (e.g. read back from JSON) is converted.
+    """
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        owner = type(self).__name__
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = _check_field(owner, f, getattr(self, f.name), hints.get(f.name))
+            object.__setattr__(self, f.name, value)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -51,20 +81,59 @@ class _Serializable:
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
         if not isinstance(data, dict):
             raise TypeError(f"{cls.__name__}.from_dict expects a dict, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
         names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"{cls.__name__}.from_dict: unknown fields {sorted(unknown)}")
-        kwargs: dict[str, Any] = {}
-        for name, value in data.items():
-            nested = _nested_type(hints.get(name))
-            if nested is not None and isinstance(value, dict):
-                value = nested.from_dict(value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            kwargs[name] = value
-        return cls(**kwargs)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _types(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _check_field(owner: str, f: dataclasses.Field, value: Any, hint: Any) -> Any:
+    if hint is None or hint is Any:
+        return value
+    allowed = _types(hint)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise TypeError(f"{owner}.{f.name} is required (got None)")
+    nested = _nested_type(hint)
+    if nested is not None:
+        if isinstance(value, dict):
+            return nested.from_dict(value)
+        if not isinstance(value, nested):
+            raise TypeError(f"{owner}.{f.name} must be a {nested.__name__}, got {type(value).__name__}")
+        return value
+    plain = tuple(t for t in allowed if isinstance(t, type) and t is not type(None))
+    if int in plain and bool not in plain:
+        meta = f.metadata
+        check_positive_int(
+            owner,
+            f.name,
+            value,
+            power_of_two=meta.get("power_of_two", False),
+            minimum=meta.get("minimum", 1),
+            maximum=meta.get("maximum"),
+        )
+        return int(value)
+    if plain == (bool,) and not isinstance(value, bool):
+        raise TypeError(f"{owner}.{f.name} must be a bool, got {type(value).__name__} {value!r}")
+    if float in plain and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if plain and not isinstance(value, plain):
+        names = " or ".join(t.__name__ for t in plain)
+        raise TypeError(f"{owner}.{f.name} must be {names}, got {type(value).__name__} {value!r}")
+    return value
 
 
 def _nested_type(hint: Any) -> type[_Serializable] | None:
@@ -91,7 +160,7 @@ def _fill(value: Any, default: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class _Params(_Serializable):
-    """Block sizes and launch parameters of one pass of a kernel.
+    """Block sizes and launch parameters of one pass of an attention kernel.
 
     Attributes:
         q_blocksize: rows of the query tile (``BLOCK_M``); ``None``: chosen by the implementation.
@@ -103,19 +172,10 @@ class _Params(_Serializable):
     and ignores warps and stages); each implementation validates the values it uses.
     """
 
-    q_blocksize: int | None = None
-    kv_blocksize: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-
-    def __post_init__(self):
-        owner = type(self).__name__
-        check_positive_int(owner, "q_blocksize", self.q_blocksize)
-        check_positive_int(owner, "kv_blocksize", self.kv_blocksize)
-        check_positive_int(owner, "num_warps", self.num_warps, power_of_two=True)
-        if self.num_warps is not None and self.num_warps > 32:
-            raise ValueError(f"{owner}.num_warps must be at most 32, got {self.num_warps}")
-        check_positive_int(owner, "num_stages", self.num_stages)
+    q_blocksize: int | None = tile()
+    kv_blocksize: int | None = tile()
+    num_warps: int | None = tile(power_of_two=True, maximum=32)
+    num_stages: int | None = tile()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +217,7 @@ class OpConfig(_Serializable):
             raise ValueError(
                 f"{type(self).__name__}.backend must be 'any', 'gpu', 'tpu' or 'cpu', got {self.backend!r}"
             )
+        super().__post_init__()
 
     def filled_from(self, default: OpConfig) -> OpConfig:
         """This config with every ``None`` (also inside nested params) taken from ``default``."""

@@ -1,25 +1,44 @@
-"""The executor: bind → (shard_map) → select an implementation → resolve its config → run."""
+"""The executor: bind → (shard_map) → select an implementation → resolve its config → run.
+
+Also :func:`define`, which makes an op's public function from its signature, and
+:func:`run_impl`, the same pipeline through one given implementation (for tests and plugins).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import dataclasses
+import inspect
 import logging
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 import jax
 
+from ..errors import UnsupportedError
+from .args import Args
 from .config import OpConfig
-from .device import device_for_arrays
-from .kernel import CALL_OPTIONS, Kernel, array_fields
+from .device import DeviceInfo, device_for_arrays
+from .impl import KernelImpl
+from .op import CALL_OPTIONS, Op, get_op
 from .policy import current_policy
 from .registry import KernelRegistry, kernel_registry
-from .selection import ConfigSelectorChain, Tier, current_overlay
+from .selection import ConfigSelectorChain, Tier, current_overlay, resolve_config
 
-__all__ = ["CallOptions", "Dispatch", "Executor", "create_default_executor", "default_executor", "record_dispatches"]
+__all__ = [
+    "CallOptions",
+    "Dispatch",
+    "Executor",
+    "bind",
+    "create_default_executor",
+    "default_executor",
+    "define",
+    "record_dispatches",
+    "resolve_config",
+    "run_impl",
+]
 
 log = logging.getLogger("ejkernel")
 
@@ -96,35 +115,35 @@ class Executor:
         self.chain = chain if chain is not None else ConfigSelectorChain()
         self.registry = registry if registry is not None else kernel_registry
 
-    def __call__(self, module: Kernel, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, op: Op, *args: Any, **kwargs: Any) -> Any:
         try:
-            bound = module.signature().bind(*args, **kwargs)
+            bound = op.signature().bind(*args, **kwargs)
         except TypeError as e:
-            raise TypeError(f"{module.op_name}: {e}") from None
+            raise TypeError(f"{op.name}: {e}") from None
         bound.apply_defaults()
-        return self.run(module, dict(bound.arguments))
+        return self.run(op, dict(bound.arguments))
 
-    def run(self, module: Kernel, params: dict[str, Any]) -> Any:
-        """Run ``module`` with its full parameter mapping (call options included)."""
+    def run(self, op: Op, params: dict[str, Any]) -> Any:
+        """Run ``op`` with its full parameter mapping (call options included)."""
         params = dict(params)
         options = CallOptions.pop_from(params)
-        _check_options(module, options)
-        args = module.bind(params)
+        _check_options(op, options)
+        args = op.bind(params)
         if options.mesh is not None:
-            return self._run_sharded(module, args, options)
-        return self.dispatch(module, args, options)
+            return self._run_sharded(op, args, options)
+        return self.dispatch(op, args, options)
 
-    def dispatch(self, module: Kernel, args: Any, options: CallOptions) -> Any:
+    def dispatch(self, op: Op, args: Any, options: CallOptions) -> Any:
         """Select and run an implementation for already-bound ``args``."""
         policy = current_policy()
-        device = device_for_arrays(module.arrays(args))
-        requested = options.cfg if options.cfg is not None else current_overlay(module.op_name)
+        device = device_for_arrays(op.arrays(args))
+        requested = options.cfg if options.cfg is not None else current_overlay(op.name)
         platform = _platform_name(options.platform) or (_platform_name(requested.platform) if requested else None)
         backend = requested.backend if requested is not None and requested.backend != "any" else None
-        impl = self.registry.select(module.op_name, args, device, platform=platform, backend=backend, policy=policy)
-        res = self.chain.select(module, impl, args, device, explicit=options.cfg, policy=policy)
+        impl = self.registry.select(op.name, args, device, platform=platform, backend=backend, policy=policy)
+        res = self.chain.select(op, impl, args, device, explicit=options.cfg, policy=policy)
         record = Dispatch(
-            op=module.op_name,
+            op=op.name,
             impl=impl.name,
             platform=impl.platform.value,
             backend=impl.backend.value,
@@ -136,46 +155,42 @@ class Executor:
         )
         for recorder in _RECORDERS.get():
             recorder.append(record)
-        log.debug(
-            "ejkernel: %s -> %s (%s config %s)", module.op_name, impl.name, res.tier.value, res.config.tuning_fields()
-        )
+        log.debug("ejkernel: %s -> %s (%s config %s)", op.name, impl.name, res.tier.value, res.config.tuning_fields())
         return impl.run(args, res.config)
 
-    def _run_sharded(self, module: Kernel, args: Any, options: CallOptions) -> Any:
+    def _run_sharded(self, op: Op, args: Any, options: CallOptions) -> Any:
         mesh = options.mesh
-        specs = module.partition_specs(args, options.in_specs, mesh)
-        out_specs = options.out_specs if options.out_specs is not None else module.default_out_spec(args, specs)
-        names = [n for n in array_fields(args) if getattr(args, n) is not None]
+        plan = op.shard_plan(args, options.in_specs, mesh)
+        out_specs = options.out_specs if options.out_specs is not None else op.default_out_spec(args, plan)
+        names = args.present()
         leaves = [getattr(args, n) for n in names]
-        leaf_specs = tuple(specs[n] for n in names)
+        leaf_specs = tuple(plan.specs[n] for n in names)
         inner = dataclasses.replace(options, mesh=None, in_specs=None, out_specs=None)
 
         def body(*local: Any) -> Any:
             local_args = dataclasses.replace(args, **dict(zip(names, local, strict=True)))
-            local_args = module.localize(local_args, specs, mesh)
-            return self.dispatch(module, local_args, inner)
+            local_args = op.localize(local_args, plan, mesh)
+            return self.dispatch(op, local_args, inner)
 
         sharded = jax.shard_map(body, mesh=mesh, in_specs=leaf_specs, out_specs=out_specs, check_vma=False)
         return sharded(*leaves)
 
 
-def _check_options(module: Kernel, options: CallOptions) -> None:
-    if options.cfg is not None and not isinstance(options.cfg, module.config_cls):
-        raise TypeError(
-            f"{module.op_name}: cfg must be a {module.config_cls.__name__}, got {type(options.cfg).__name__}"
-        )
+def _check_options(op: Op, options: CallOptions) -> None:
+    if options.cfg is not None and not isinstance(options.cfg, op.config_cls):
+        raise TypeError(f"{op.name}: cfg must be a {op.config_cls.__name__}, got {type(options.cfg).__name__}")
     if options.platform is not None and not isinstance(options.platform, str):
-        raise TypeError(f"{module.op_name}: platform must be a str or Platform, got {type(options.platform).__name__}")
+        raise TypeError(f"{op.name}: platform must be a str or Platform, got {type(options.platform).__name__}")
     p, c = _platform_name(options.platform), _platform_name(options.cfg.platform) if options.cfg else None
     if p and c and p != c:
-        raise ValueError(f"{module.op_name}: platform={p!r} contradicts cfg.platform={c!r}")
+        raise ValueError(f"{op.name}: platform={p!r} contradicts cfg.platform={c!r}")
     if options.mesh is None and (options.in_specs is not None or options.out_specs is not None):
-        raise ValueError(f"{module.op_name}: in_specs/out_specs need mesh=")
+        raise ValueError(f"{op.name}: in_specs/out_specs need mesh=")
     if options.mesh is not None:
         if not isinstance(options.mesh, jax.sharding.Mesh):
-            raise TypeError(f"{module.op_name}: mesh must be a jax.sharding.Mesh, got {type(options.mesh).__name__}")
+            raise TypeError(f"{op.name}: mesh must be a jax.sharding.Mesh, got {type(options.mesh).__name__}")
         if options.in_specs is None:
-            raise ValueError(f"{module.op_name}: mesh= needs in_specs (the PartitionSpecs of the array arguments)")
+            raise ValueError(f"{op.name}: mesh= needs in_specs (the PartitionSpecs of the array arguments)")
 
 
 _DEFAULT: Executor | None = None
@@ -195,3 +210,92 @@ def default_executor() -> Executor:
             if _DEFAULT is None:
                 _DEFAULT = create_default_executor()
     return _DEFAULT
+
+
+# -- defining an op's public function -------------------------------------------------------------
+
+
+def _call_option_params(op_cls: type[Op]) -> list[inspect.Parameter]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    platform_t = Literal["auto", "xla", "triton", "pallas", "cuda"] | str | None
+    return [
+        inspect.Parameter("platform", kw, default=None, annotation=platform_t),
+        inspect.Parameter("cfg", kw, default=None, annotation=op_cls.config_cls | None),
+        inspect.Parameter("mesh", kw, default=None, annotation=Any),
+        inspect.Parameter("in_specs", kw, default=None, annotation=Any),
+        inspect.Parameter("out_specs", kw, default=None, annotation=Any),
+    ]
+
+
+def define(op_cls: type[Op], *, signature: Callable[..., Any] | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """Decorator making the public function of ``op_cls``.
+
+    The decorated function gives the docstring (and, unless ``signature`` is given, the op's own
+    parameters); its body is never run. The function's signature is the op's parameters followed
+    by the call options every op takes (``platform``, ``cfg``, ``mesh``, ``in_specs``,
+    ``out_specs``), and its body hands everything to the default executor::
+
+        @define(FlashAttention, signature=dense_attention_signature)
+        def flash_attention():
+            \"\"\"Exact softmax attention, ...\"\"\"
+
+    ``signature``: a function whose parameters are shared by several ops (declared once).
+    """
+
+    def deco(doc_fn: Callable[..., Any]) -> Callable[..., Any]:
+        source = inspect.signature(signature if signature is not None else doc_fn)
+        clash = [n for n in CALL_OPTIONS if n in source.parameters]
+        if clash:
+            raise TypeError(f"{op_cls.__name__}: the call options {clash} are added by define(); remove them")
+        sig = source.replace(parameters=[*source.parameters.values(), *_call_option_params(op_cls)])
+        op = op_cls()
+
+        def fn(*args: Any, **kwargs: Any) -> Any:
+            return default_executor()(op, *args, **kwargs)
+
+        fn.__signature__ = sig  # type: ignore[attr-defined]
+        fn.__name__ = fn.__qualname__ = doc_fn.__name__
+        fn.__doc__ = doc_fn.__doc__
+        fn.__module__ = doc_fn.__module__
+        fn.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()} | {"return": sig.return_annotation}
+        op_cls.function = staticmethod(fn)  # type: ignore[assignment]
+        return fn
+
+    return deco
+
+
+# -- one implementation, the executor's way ----------------------------------------------------------
+
+
+def bind(op_name: str, *args: Any, **kwargs: Any) -> Args:
+    """The canonical arguments record that op ``op_name`` makes of a call's arguments (call
+    options, if any, are dropped): validation included, nothing run."""
+    op = get_op(op_name)
+    try:
+        params = op.signature().bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{op.name}: {e}") from None
+    params.apply_defaults()
+    p = dict(params.arguments)
+    CallOptions.pop_from(p)
+    return op.bind(p)
+
+
+def run_impl(
+    impl: KernelImpl,
+    args: Args,
+    cfg: OpConfig | None = None,
+    *,
+    device: DeviceInfo | None = None,
+    registry: KernelRegistry | None = None,
+) -> Any:
+    """Run bound ``args`` through ``impl`` alone, as the executor would: check that it accepts
+    them on ``device`` (default: the arrays' device; pass another, e.g. a TPU for Pallas'
+    interpret mode), resolve the config, run. Raises :class:`~ejkernel.errors.UnsupportedError`
+    with the reason when it declines."""
+    op = get_op(impl.op_name)
+    device = device if device is not None else device_for_arrays(op.arrays(args))
+    reason = (registry or kernel_registry).check(impl, args, device)
+    if reason is not None:
+        raise UnsupportedError(op.name, impl.name, reason)
+    return impl.run(args, resolve_config(op, impl, args, device, cfg))

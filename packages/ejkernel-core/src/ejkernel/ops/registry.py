@@ -17,17 +17,17 @@ to import or to register is recorded with its error (see :meth:`KernelRegistry.b
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib.metadata
 import logging
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import NoImplementationError, UnsupportedError
-from .config import OpConfig
+from .args import Args
 from .device import DeviceInfo
+from .impl import _DIRECT, Backend, FunctionImpl, KernelImpl, Platform, declared_decline
 from .policy import Policy, current_policy
 
 __all__ = [
@@ -43,141 +43,6 @@ __all__ = [
 log = logging.getLogger("ejkernel")
 
 ENTRY_POINT_GROUP = "ejkernel.backends"
-_DIRECT = "<direct>"
-
-
-class Platform(enum.StrEnum):
-    """The technology an implementation is written in."""
-
-    TRITON = "triton"
-    PALLAS = "pallas"
-    CUDA = "cuda"
-    XLA = "xla"
-
-
-class Backend(enum.StrEnum):
-    """The device kind an implementation targets; ``ANY`` runs on every device."""
-
-    GPU = "gpu"
-    TPU = "tpu"
-    CPU = "cpu"
-    ANY = "any"
-
-
-class KernelImpl:
-    """One implementation of one op. Backends subclass it and register it.
-
-    The registry sets ``algorithm``, ``platform``, ``backend``, ``priority``, ``name`` and
-    ``plugin`` at registration. Subclasses override:
-
-    - :meth:`decline` to refuse calls they cannot serve, with a reason (feature, dtype, shape,
-      device); the registry already refuses devices of the wrong backend.
-    - :meth:`heuristic_cfg`, a config for any call it accepts (pure function of shapes, dtype and
-      device), and :meth:`candidate_cfgs`, the autotuning search space.
-    - :meth:`run`, which computes the op from the op's bound arguments and a complete config.
-
-    ``version`` enters cache keys: bump it when a change makes tuned configs stale.
-    ``device_requirement`` words the device a non-``ANY`` implementation needs, for the decline
-    reason on other devices (default: "a GPU device", "a TPU device", ...).
-
-    **The log-sum-exp protocol** (optional; dense attention, i.e. ``flash_attention``): an
-    implementation that sets ``supports_lse = True`` and implements :meth:`forward_lse` and
-    :meth:`backward_lse` can serve as the per-block kernel of ``ring_attention``, which combines
-    the blocks' partial results itself (see those methods for the exact contract).
-    """
-
-    algorithm: str = ""
-    platform: Platform = Platform.XLA
-    backend: Backend = Backend.ANY
-    priority: int = 0
-    name: str = ""
-    plugin: str = _DIRECT
-    version: str = "1"
-    device_requirement: str | None = None
-    supports_lse: bool = False
-
-    def decline(self, args: Any, device: DeviceInfo) -> str | None:
-        """Why this implementation cannot run ``args`` on ``device``, or ``None`` if it can."""
-        return None
-
-    def heuristic_cfg(self, args: Any, device: DeviceInfo) -> OpConfig:
-        raise NotImplementedError(f"{type(self).__name__} defines no heuristic config")
-
-    def candidate_cfgs(self, args: Any, device: DeviceInfo) -> Sequence[OpConfig]:
-        """Configs that autotuning times; by default only the heuristic one."""
-        return [self.heuristic_cfg(args, device)]
-
-    def validate_cfg(self, cfg: OpConfig, args: Any, device: DeviceInfo) -> None:
-        """Raise ``ValueError`` if ``cfg`` (complete) cannot run ``args``; default: accept."""
-
-    def run(self, args: Any, cfg: OpConfig) -> Any:
-        raise NotImplementedError
-
-    def forward_lse(self, args: Any, cfg: OpConfig) -> tuple[Any, Any]:
-        """The forward of one attention call, with its log-sum-exp (when ``supports_lse``).
-
-        Args:
-            args: an ``AttentionArgs`` this implementation accepted (``decline`` returned
-                ``None`` for it). Callers of the protocol pass no ``softmax_aux``, no dropout and
-                no ``cum_seqlens``; ``position_offset`` may be set (a traced int32 scalar):
-                an implementation that cannot honour it must decline such ``args``.
-            cfg: a complete config of the op (e.g. ``FlashAttentionConfig``), as for :meth:`run`.
-
-        Returns:
-            ``(out, lse)``: ``out [batch, seq_q, num_heads, value_head_dim]`` in float32 or the
-            query's dtype, normalized within this call; ``lse`` float32
-            ``[batch, num_heads, seq_q]``, the natural log of each row's softmax denominator
-            ``log Σ_j exp(s_ij)`` over the logits ``s`` exactly as the op computes them (scaled,
-            soft-capped, biased); ``-inf`` (and ``out = 0``) for a row that sees no key. It is
-            not differentiated: the caller differentiates through :meth:`backward_lse`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")
-
-    def backward_lse(self, args: Any, cfg: OpConfig, out: Any, lse: Any, dout: Any) -> tuple[Any, Any, Any, Any]:
-        """Gradients of one attention call given the *global* output and log-sum-exp (FA2 style).
-
-        The call is one block of a larger softmax (e.g. one ring step): ``out`` ``[batch, seq_q,
-        num_heads, value_head_dim]`` and ``lse`` (float32 ``[batch, num_heads, seq_q]``, ``-inf``
-        for rows that see no key anywhere) are those of the whole softmax the block is part of,
-        and ``dout`` is the cotangent of that global ``out``. With ``P = exp(s - lse)`` and
-        ``D = rowsum(dout ∘ out)``: ``dv = Pᵀ dout``, ``dS = P ∘ (dout vᵀ - D)``, ``dq = dS k ·
-        scale``, ``dk = dSᵀ q · scale`` (through the soft cap's derivative where set).
-
-        Returns:
-            ``(dq, dk, dv, dbias)``: this block's contributions, shaped like ``query``, ``key``,
-            ``value`` and ``bias`` (its broadcast shape, summed over broadcast dims), in float32
-            or the inputs' dtype; ``dbias`` is ``None`` when ``args.bias`` is ``None``.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the op through this implementation only: ``impl(q, k, v, causal=True)``."""
-        from .kernel import get_op
-
-        op = get_op(self.algorithm)
-        kwargs["platform"] = self.name
-        return op.function(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} {self.algorithm}/{self.name} platform={self.platform.value} "
-            f"backend={self.backend.value} priority={self.priority} plugin={self.plugin}>"
-        )
-
-
-class _FunctionImpl(KernelImpl):
-    """Adapter for registering a plain function ``fn(args, cfg) -> out``."""
-
-    def __init__(self, fn: Callable[[Any, OpConfig], Any]):
-        self.fn = fn
-
-    def heuristic_cfg(self, args: Any, device: DeviceInfo) -> OpConfig:
-        from .kernel import get_op
-
-        return get_op(self.algorithm).config_cls()
-
-    def run(self, args: Any, cfg: OpConfig) -> Any:
-        return self.fn(args, cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,18 +102,18 @@ class KernelRegistry:
 
     def register(
         self,
-        algorithm: str,
+        op: str,
         platform: Platform | str,
         backend: Backend | str = Backend.ANY,
         priority: int = 0,
         *,
         name: str | None = None,
     ) -> Callable[[T], T]:
-        """Decorator registering an implementation of ``algorithm``.
+        """Decorator registering an implementation of the op named ``op``.
 
         It takes a :class:`KernelImpl` subclass (instantiated with no arguments), an instance,
         or a plain function ``fn(args, cfg)``. ``name`` (default: the platform's value) must be
-        unique for the algorithm; it is what ``platform=`` and cache keys use. Among the
+        unique for the op; it is what ``platform=`` and cache keys use. Among the
         implementations that accept a call, the highest ``priority`` wins.
         """
         plat = _platform(platform)
@@ -262,19 +127,19 @@ class KernelRegistry:
             elif isinstance(obj, KernelImpl):
                 impl = obj
             elif callable(obj):
-                impl = _FunctionImpl(obj)
+                impl = FunctionImpl(obj)
             else:
                 raise TypeError(f"cannot register {obj!r}: expected a KernelImpl subclass, instance or function")
-            impl.algorithm = algorithm
+            impl.op_name = op
             impl.platform = plat
             impl.backend = back
             impl.priority = priority
             impl.name = (name or plat.value).lower()
             impl.plugin = self._loading or _DIRECT
             with self._lock:
-                existing = self._impls.setdefault(algorithm, [])
+                existing = self._impls.setdefault(op, [])
                 if any(i.name == impl.name for i in existing):
-                    raise ValueError(f"{algorithm}: an implementation named {impl.name!r} is already registered")
+                    raise ValueError(f"{op}: an implementation named {impl.name!r} is already registered")
                 existing.append(impl)
                 self._order += 1
                 self._seq[id(impl)] = self._order
@@ -282,10 +147,10 @@ class KernelRegistry:
 
         return deco
 
-    def unregister(self, algorithm: str, name: str) -> None:
+    def unregister(self, op: str, name: str) -> None:
         with self._lock:
-            impls = self._impls.get(algorithm, [])
-            self._impls[algorithm] = [i for i in impls if i.name != name]
+            impls = self._impls.get(op, [])
+            self._impls[op] = [i for i in impls if i.name != name]
 
     # -- discovery ----------------------------------------------------------------------------
 
@@ -339,8 +204,8 @@ class KernelRegistry:
             if isinstance(e, KeyboardInterrupt):
                 raise
             # Roll back what the plugin registered before failing, so nothing half-made is used.
-            for algorithm, impls in self._impls.items():
-                self._impls[algorithm] = [i for i in impls if (algorithm, i.name) in before]
+            for op, impls in self._impls.items():
+                self._impls[op] = [i for i in impls if (op, i.name) in before]
             err = "".join(traceback.format_exception_only(type(e), e)).strip()
             if name not in self._warned:
                 self._warned.add(name)
@@ -376,25 +241,22 @@ class KernelRegistry:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def implementations(self, algorithm: str | None = None, *, policy: Policy | None = None) -> list[KernelImpl]:
-        """Registered implementations (of ``algorithm``, or all), best priority first."""
+    def implementations(self, op: str | None = None, *, policy: Policy | None = None) -> list[KernelImpl]:
+        """Registered implementations (of ``op``, or all), best priority first."""
         self.load_plugins(policy)
         with self._lock:
-            if algorithm is None:
-                impls = [i for lst in self._impls.values() for i in lst]
-            else:
-                impls = list(self._impls.get(algorithm, []))
+            impls = [i for lst in self._impls.values() for i in lst] if op is None else list(self._impls.get(op, []))
         return sorted(impls, key=lambda i: (-i.priority, self._seq.get(id(i), 0)))
 
-    def algorithms(self) -> list[str]:
+    def ops(self) -> list[str]:
         self.load_plugins()
         with self._lock:
             return sorted(a for a, impls in self._impls.items() if impls)
 
     def _matching(
-        self, algorithm: str, platform: Platform | str | None, backend: Backend | str | None, policy: Policy
+        self, op: str, platform: Platform | str | None, backend: Backend | str | None, policy: Policy
     ) -> list[KernelImpl]:
-        impls = self.implementations(algorithm, policy=policy)
+        impls = self.implementations(op, policy=policy)
         if platform is not None and str(getattr(platform, "value", platform)).lower() != "auto":
             want = str(getattr(platform, "value", platform)).lower()
             impls = [i for i in impls if i.platform.value == want or i.name == want]
@@ -405,24 +267,22 @@ class KernelRegistry:
 
     def get(
         self,
-        algorithm: str,
+        op: str,
         platform: Platform | str | None = None,
         backend: Backend | str | None = None,
     ) -> KernelImpl:
-        """The highest-priority implementation of ``algorithm`` matching the filters.
+        """The highest-priority implementation of ``op`` matching the filters.
 
         This does not ask the implementation whether it accepts any particular call; the
         returned object is callable like the op (``impl(q, k, v, causal=True)``), which does.
         """
-        impls = self._matching(algorithm, platform, backend, current_policy())
+        impls = self._matching(op, platform, backend, current_policy())
         if not impls:
-            raise NoImplementationError(algorithm, {}, self._hint(algorithm, platform, backend, current_policy()))
+            raise NoImplementationError(op, {}, self._hint(op, platform, backend, current_policy()))
         return impls[0]
 
-    def _hint(self, algorithm: str, platform: Any, backend: Any, policy: Policy) -> str:
-        names = [
-            f"{i.name} ({i.platform.value}/{i.backend.value})" for i in self.implementations(algorithm, policy=policy)
-        ]
+    def _hint(self, op: str, platform: Any, backend: Any, policy: Policy) -> str:
+        names = [f"{i.name} ({i.platform.value}/{i.backend.value})" for i in self.implementations(op, policy=policy)]
         filters = []
         if platform is not None:
             filters.append(f"platform={getattr(platform, 'value', platform)!r}")
@@ -441,7 +301,7 @@ class KernelRegistry:
 
     def select(
         self,
-        algorithm: str,
+        op: str,
         args: Any,
         device: DeviceInfo,
         *,
@@ -457,10 +317,10 @@ class KernelRegistry:
         lists every implementation's reason. Nothing falls back silently.
         """
         policy = policy or current_policy()
-        impls = self._matching(algorithm, platform, backend, policy)
+        impls = self._matching(op, platform, backend, policy)
         explicit = platform is not None and str(getattr(platform, "value", platform)).lower() != "auto"
         if not impls:
-            raise NoImplementationError(algorithm, {}, self._hint(algorithm, platform, backend, policy))
+            raise NoImplementationError(op, {}, self._hint(op, platform, backend, policy))
         reasons: dict[str, str] = {}
         for impl in impls:
             reason = self.check(impl, args, device, policy)
@@ -468,12 +328,13 @@ class KernelRegistry:
                 return impl
             reasons[impl.name] = reason
         if explicit:
-            raise UnsupportedError(algorithm, ", ".join(reasons), "; ".join(reasons.values()))
-        raise NoImplementationError(algorithm, reasons)
+            raise UnsupportedError(op, ", ".join(reasons), "; ".join(reasons.values()))
+        raise NoImplementationError(op, reasons)
 
     @staticmethod
-    def check(impl: KernelImpl, args: Any, device: DeviceInfo, policy: Policy | None = None) -> str | None:
-        """Why ``impl`` cannot run ``args`` on ``device`` (policy, device, then its own reason)."""
+    def environment(impl: KernelImpl, device: DeviceInfo, policy: Policy | None = None) -> str | None:
+        """Why ``impl`` cannot run on ``device`` at all: the policy, the device kind, its
+        :meth:`~KernelImpl.available` (``None``: it can)."""
         policy = policy or current_policy()
         if impl.plugin != _DIRECT and not policy.backend_allowed(impl.plugin):
             return f"backend plugin {impl.plugin!r} is disabled by the policy (EJKERNEL_BACKENDS)"
@@ -481,7 +342,19 @@ class KernelRegistry:
             need = impl.device_requirement or f"a {impl.backend.value.upper()} device"
             return f"needs {need}; this call runs on {device.platform} ({device.kind})"
         try:
-            return impl.decline(args, device)
+            return impl.available(device)
+        except Exception as e:  # a buggy check must not hide the other implementations
+            return f"available() raised {type(e).__name__}: {e}"
+
+    @classmethod
+    def check(cls, impl: KernelImpl, args: Args, device: DeviceInfo, policy: Policy | None = None) -> str | None:
+        """Why ``impl`` cannot run ``args`` on ``device``: the environment, then its declaration
+        (:func:`~ejkernel.ops.impl.declared_decline`), then its own :meth:`~KernelImpl.decline`."""
+        reason = cls.environment(impl, device, policy)
+        if reason is not None:
+            return reason
+        try:
+            return declared_decline(impl, args) or impl.decline(args, device)
         except Exception as e:  # a buggy decline must not hide the other implementations
             return f"decline() raised {type(e).__name__}: {e}"
 

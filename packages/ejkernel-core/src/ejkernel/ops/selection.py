@@ -32,7 +32,7 @@ from .config import OpConfig
 from .device import DeviceInfo
 from .policy import Policy, current_policy
 
-__all__ = ["ConfigSelectorChain", "Tier", "current_overlay", "overlay"]
+__all__ = ["ConfigSelectorChain", "Tier", "current_overlay", "overlay", "resolve_config"]
 
 log = logging.getLogger("ejkernel")
 
@@ -86,6 +86,19 @@ def current_overlay(op_name: str) -> OpConfig | None:
     return None
 
 
+def _stamp(cfg: OpConfig, impl: Any) -> OpConfig:
+    return dataclasses.replace(cfg, platform=impl.name, backend=impl.backend.value)
+
+
+def resolve_config(op: Any, impl: Any, args: Any, device: DeviceInfo, cfg: OpConfig | None = None) -> OpConfig:
+    """The complete config ``impl`` runs ``args`` with: ``cfg`` (or the heuristic) with its
+    ``None`` fields filled from the heuristic, stamped with the implementation, validated by it."""
+    heuristic = impl.heuristic_cfg(args, device)
+    full = _stamp(heuristic if cfg is None else cfg.filled_from(heuristic), impl)
+    impl.validate_cfg(full, args, device)
+    return full
+
+
 @dataclasses.dataclass(frozen=True)
 class Resolution:
     config: OpConfig
@@ -119,18 +132,16 @@ class ConfigSelectorChain:
         self.autotuner = autotuner if autotuner is not None else Autotuner()
 
     def key(self, op: Any, impl: Any, args: Any, device: DeviceInfo) -> str:
-        return cache_key(device.fingerprint, op.op_name, op.version, impl.name, impl.version, op.describe(args))
+        return cache_key(device.fingerprint, op.name, op.version, impl.name, impl.version, op.describe(args))
 
     @staticmethod
     def _stamp(cfg: OpConfig, impl: Any) -> OpConfig:
-        return dataclasses.replace(cfg, platform=impl.name, backend=impl.backend.value)
+        return _stamp(cfg, impl)
 
     def _complete(self, cfg: OpConfig, op: Any, impl: Any, args: Any, device: DeviceInfo) -> OpConfig:
         if not isinstance(cfg, op.config_cls):
-            raise TypeError(f"cfg for {op.op_name} must be a {op.config_cls.__name__}, got {type(cfg).__name__}")
-        full = self._stamp(cfg.filled_from(impl.heuristic_cfg(args, device)), impl)
-        impl.validate_cfg(full, args, device)
-        return full
+            raise TypeError(f"cfg for {op.name} must be a {op.config_cls.__name__}, got {type(cfg).__name__}")
+        return resolve_config(op, impl, args, device, cfg)
 
     def select(
         self,
@@ -148,7 +159,7 @@ class ConfigSelectorChain:
 
         if explicit is not None:
             return Resolution(self._complete(explicit, op, impl, args, device), Tier.EXPLICIT, key)
-        ov = current_overlay(op.op_name)
+        ov = current_overlay(op.name)
         if ov is not None:
             return Resolution(self._complete(ov, op, impl, args, device), Tier.OVERLAY, key)
 
@@ -225,7 +236,7 @@ class ConfigSelectorChain:
             self.persistent.put(
                 key,
                 {
-                    "op": op.op_name,
+                    "op": op.name,
                     "impl": impl.name,
                     "device": device.fingerprint,
                     "config_class": type(result.best).__name__,

@@ -1,212 +1,29 @@
-"""Naive references: plain ``jnp``, quadratic memory, float32 at HIGHEST precision by default.
+"""Naive references of every op: plain ``jnp``, float32 at HIGHEST precision by default.
 
-They are written from the ops' documented semantics, independently of the kernels' helpers
-(masks are built from index grids, varlen is a Python loop over sequences), so they can catch a
-kernel and its canonicalization being wrong together. The one shared piece is
-:func:`~ejkernel.modules.attention.dropout_keep_mask`, which *defines* which weights dropout
-drops. Arguments must be concrete (not traced) where the structure depends on them
-(``cum_seqlens``, ``context_lens``, ``block_tables``).
+Each op keeps its reference in its folder (``ejkernel/ops/<op>/reference.py``); this module
+gathers them: ``references.<op>_reference`` (e.g. ``page_attention_reference``), or
+:func:`reference_of`. Every reference takes the op's parameters plus ``dtype=`` and
+``precision=`` (to measure how much error low precision alone makes).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+from ..ops.flash_attention.reference import HIGHEST, attention_reference
+from ..ops.op import list_ops, op_class
+from ..ops.page_attention.reference import page_attention_reference
 
-from ..modules.attention import dropout_keep_mask
-from ..types.mask_info import MaskInfo, canonical_window
-
-__all__ = ["attention_reference", "page_attention_reference"]
-
-HIGHEST = jax.lax.Precision.HIGHEST
+__all__ = ["HIGHEST", "attention_reference", "page_attention_reference", "reference_of"]
 
 
-def _dense(
-    q: Any,
-    k: Any,
-    v: Any,
-    bias: Any,
-    pair_mask: Any,
-    *,
-    causal: bool,
-    scale: float,
-    window: tuple[int, int] | None,
-    soft_cap: float | None,
-    aux: Any,
-    dropout_prob: float,
-    dropout_seed: Any,
-    q_offset: int,
-    k_offset: int,
-    dtype: Any,
-    precision: Any,
-) -> jax.Array:
-    b, sq, h, _ = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    g = h // hk
-    q, k, v = (x.astype(dtype) for x in (q, k, v))
-    k = jnp.repeat(k, g, axis=2)  # query head j ↔ kv head j // g
-    v = jnp.repeat(v, g, axis=2)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=precision) * jnp.asarray(scale, dtype)
-    if soft_cap is not None:
-        s = soft_cap * jnp.tanh(s / soft_cap)
-    if bias is not None:
-        s = s + bias.astype(dtype)
-    i = jnp.arange(sq)[:, None] + (sk - sq)
-    j = jnp.arange(sk)[None, :]
-    allowed = jnp.ones((b, h, sq, sk), bool)
-    if causal:
-        allowed &= j <= i
-    if window is not None:
-        allowed &= (j >= i - window[0]) & (j <= i + window[1])
-    if pair_mask is not None:
-        allowed &= pair_mask
-    s = jnp.where(allowed, s, -jnp.inf)
-    if aux is not None:
-        aux2 = aux if aux.ndim == 2 else aux[:, None]
-        sinks = jnp.broadcast_to(aux2.astype(dtype)[None, :, None, :], (b, h, sq, aux2.shape[1]))
-        s_all = jnp.concatenate([s, sinks], axis=-1)
-    else:
-        s_all = s
-    m = jax.lax.stop_gradient(jnp.max(s_all, axis=-1, keepdims=True))
-    m = jnp.where(jnp.isfinite(m), m, 0)
-    e = jnp.exp(s_all - m)
-    denom = e.sum(axis=-1, keepdims=True)
-    p = (e / jnp.where(denom > 0, denom, 1))[..., :sk]
-    if dropout_prob > 0:
-        bh = jnp.arange(b)[:, None, None, None] * h + jnp.arange(h)[None, :, None, None]
-        keep = dropout_keep_mask(dropout_seed, bh, q_offset + jnp.arange(sq)[:, None], k_offset + j, dropout_prob)
-        p = jnp.where(keep, p / (1 - dropout_prob), 0)
-    return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
+def reference_of(op: str) -> Callable[..., Any]:
+    """The float32 reference of the op named ``op``."""
+    return op_class(op).get_reference()
 
 
-def attention_reference(
-    query: Any,
-    key: Any,
-    value: Any,
-    bias: Any = None,
-    *,
-    mask_info: MaskInfo | None = None,
-    causal: bool = False,
-    softmax_scale: float | None = None,
-    sliding_window: int | tuple[int, int] | None = None,
-    logits_soft_cap: float | None = None,
-    dropout_prob: float = 0.0,
-    dropout_seed: Any = None,
-    cum_seqlens_q: Any = None,
-    cum_seqlens_k: Any = None,
-    softmax_aux: Any = None,
-    dtype: Any = jnp.float32,
-    precision: Any = HIGHEST,
-) -> jax.Array:
-    """The reference of ``flash_attention`` / ``scaled_dot_product_attention`` (same arguments).
-
-    ``dtype`` is the compute dtype and ``precision`` the matmul precision: float32 at HIGHEST by
-    default; pass the inputs' low-precision dtype (or ``precision=DEFAULT``, which is TF32 for
-    float32 on recent GPUs) to measure how much error low precision alone makes.
-    """
-    d = query.shape[-1]
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    window = canonical_window(sliding_window)
-    pair = None
-    if mask_info is not None:
-        causal = causal or mask_info.causal
-        window = window or mask_info.sliding_window
-        if mask_info.q_segment_ids is not None:
-            qs, ks = mask_info.q_segment_ids, mask_info.kv_segment_ids
-            pair = ((qs[:, :, None] == ks[:, None, :]) & (qs[:, :, None] >= 0))[:, None]
-        if mask_info.attention_mask is not None:
-            m = mask_info.attention_mask
-            pair = m if pair is None else pair & m
-    seed = None if dropout_prob == 0 else jnp.asarray(dropout_seed).astype(jnp.uint32)
-    common = dict(
-        scale=scale,
-        window=window,
-        soft_cap=logits_soft_cap,
-        aux=softmax_aux,
-        dropout_prob=dropout_prob,
-        dropout_seed=seed,
-        dtype=dtype,
-        precision=precision,
-    )
-    if cum_seqlens_q is None:
-        return _dense(query, key, value, bias, pair, causal=causal, q_offset=0, k_offset=0, **common)
-
-    cu_q = np.asarray(cum_seqlens_q)
-    cu_k = cu_q if cum_seqlens_k is None else np.asarray(cum_seqlens_k)
-    bias4 = None if bias is None else jnp.reshape(bias, (1,) * (4 - bias.ndim) + tuple(bias.shape))
-    out = jnp.zeros(query.shape[:3] + value.shape[3:], dtype)
-    for s in range(len(cu_q) - 1):
-        q0, q1, k0, k1 = int(cu_q[s]), int(cu_q[s + 1]), int(cu_k[s]), int(cu_k[s + 1])
-        if q1 == q0:
-            continue
-        b_s = None
-        if bias4 is not None:
-            b_s = bias4
-            if b_s.shape[2] > 1:
-                b_s = b_s[:, :, q0:q1]
-            if b_s.shape[3] > 1:
-                b_s = b_s[:, :, :, k0:k1]
-        o = _dense(
-            query[:, q0:q1],
-            key[:, k0:k1],
-            value[:, k0:k1],
-            b_s,
-            None,
-            causal=causal,
-            q_offset=q0,
-            k_offset=k0,
-            **common,
-        )
-        out = out.at[:, q0:q1].set(o)
-    return out
-
-
-def page_attention_reference(
-    query: Any,
-    key_cache: Any,
-    value_cache: Any,
-    context_lens: Any,
-    block_tables: Any,
-    *,
-    softmax_scale: float | None = None,
-    logits_soft_cap: float | None = None,
-    sliding_window: int | tuple[int, int] | None = None,
-    softmax_aux: Any = None,
-    dtype: Any = jnp.float32,
-    precision: Any = HIGHEST,
-) -> jax.Array:
-    """The reference of ``page_attention``: gather each sequence's pages, then dense attention."""
-    squeeze = query.ndim == 3
-    q = query if squeeze else query[:, 0]
-    lens = np.asarray(context_lens)
-    tables = np.asarray(block_tables)
-    bs = key_cache.shape[1]
-    hk = key_cache.shape[2]
-    outs = []
-    for b in range(q.shape[0]):
-        n = int(lens[b])
-        if n == 0:
-            outs.append(jnp.zeros((q.shape[1], value_cache.shape[3]), dtype))
-            continue
-        pages = tables[b, : -(-n // bs)]
-        k = key_cache[pages].reshape(-1, hk, key_cache.shape[3])[:n]
-        v = value_cache[pages].reshape(-1, hk, value_cache.shape[3])[:n]
-        o = attention_reference(
-            q[b][None, None],
-            k[None],
-            v[None],
-            causal=True,
-            softmax_scale=softmax_scale,
-            sliding_window=sliding_window,
-            logits_soft_cap=logits_soft_cap,
-            softmax_aux=softmax_aux,
-            dtype=dtype,
-            precision=precision,
-        )
-        outs.append(o[0, 0])
-    out = jnp.stack(outs)
-    return out if squeeze else out[:, None]
+def __getattr__(name: str) -> Any:
+    if name.endswith("_reference") and name[: -len("_reference")] in list_ops():
+        return reference_of(name[: -len("_reference")])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

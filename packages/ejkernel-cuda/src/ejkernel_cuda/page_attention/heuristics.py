@@ -43,7 +43,7 @@ def head_tile(groups: int) -> int:
 
 
 def uses_mma(itemsize: int, head_dim: int, variant: int = 0) -> bool:
-    """The tensor-core path (``uses_mma`` in paged_decode.cuh); variant 1 is the FMA path."""
+    """The tensor-core path (``uses_mma`` in csrc/page_attention/paged_decode.cuh); variant 1 is the FMA path."""
     return itemsize == 2 and variant != 1 and head_dim <= 128
 
 
@@ -65,7 +65,7 @@ def resident_ctas(groups: int, head_dim: int, itemsize: int = 2, variant: int = 
 def smem_bytes(
     groups: int, head_dim: int, partition: int, block_size: int, stages: int, itemsize: int = 2, variant: int = 0
 ) -> int:
-    """Dynamic shared memory of pass 1 (mirrors ``split_smem_bytes`` in paged_decode.cuh)."""
+    """Dynamic shared memory of pass 1 (mirrors ``split_smem_bytes`` in csrc/page_attention/paged_decode.cuh)."""
     merge = 4 * (THREADS // 32) * head_tile(groups) * (head_dim + 2)
     ring = max(stages * stage_bytes(head_dim, itemsize, variant), merge)
     return ring + 4 * (partition // block_size + 2)

@@ -1,19 +1,21 @@
-"""The CUDA ``page_attention``: what it accepts, its configs, and the FFI call."""
+"""The CUDA ``page_attention``: what it declares, its configs, and its entry point."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from ejkernel.modules.page_attention import PageAttentionArgs, PageAttentionConfig
-from ejkernel.ops import DeviceInfo, FwdParams, KernelImpl
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
 from .. import _ffi
 from . import heuristics as H
+from ._call import TARGET, paged_decode
 
-_DTYPES = ("float32", "bfloat16", "float16")
-TARGET = "ejkernel_cuda_paged_decode"
+__all__ = ["LANE_VARIANT", "TARGET", "CudaPageAttention"]
+
 # Pass 1's path for bf16/fp16 caches (0: tensor cores where the head dim allows; 1: FMAs, the
 # float32 path). Read when a call is traced; benchmarks/cuda_decode_sweep.py compares them.
 LANE_VARIANT = 0
@@ -35,25 +37,25 @@ class CudaPageAttention(KernelImpl):
     """Paged decode in CUDA C++ (split-K over the context, GQA groups per CTA as tensor-core tile rows,
     cp.async K/V ring)."""
 
-    version = "2"
+    # 3: configs are PageAttentionConfig(tokens_per_block=partition, num_stages=...) (was fwd_params).
+    version = "3"
     device_requirement = "an NVIDIA GPU"
+    # The query's dtype (the op requires the caches to share it).
+    dtypes = ("float32", "bfloat16", "float16")
+    allowed_sizes: ClassVar[dict[str, tuple[int, ...]]] = {"head_dim": H.HEAD_DIMS}
+    unsupported: ClassVar[dict[str, str]] = {"value_head_dim": "needs value_cache head_dim equal to key_cache's"}
+    # 32-token partitions: every case with a context above 32 goes through the split-K merge.
+    test_configs: ClassVar[dict[str, OpConfig]] = {
+        "partition32": PageAttentionConfig(tokens_per_block=32),
+        "splits3": PageAttentionConfig(num_splits=3),
+    }
 
-    def decline(self, args: PageAttentionArgs, device: DeviceInfo) -> str | None:
+    def available(self, device: DeviceInfo) -> str | None:
         if device.compute_capability is None:
             return f"needs an NVIDIA GPU; this call runs on {device.kind}"
         if device.compute_capability < (8, 0):
             return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        missing = _ffi.availability()
-        if missing:
-            return missing
-        if args.head_dim not in H.HEAD_DIMS:
-            return f"supports head dims {H.HEAD_DIMS}, got {args.head_dim}"
-        if args.value_head_dim != args.head_dim:
-            return f"needs value_cache head_dim equal to key_cache's ({args.head_dim}), got {args.value_head_dim}"
-        for name, x in (("query", args.query), ("key_cache", args.key_cache)):
-            if jnp.dtype(x.dtype).name not in _DTYPES:
-                return f"supports {', '.join(_DTYPES)} {name}, got {jnp.dtype(x.dtype).name}"
-        return None
+        return _ffi.availability()
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
         ext, _ = _ffi._load()
@@ -63,11 +65,11 @@ class CudaPageAttention(KernelImpl):
             _itemsize(args),
         )  # fmt: skip
         stages = H.heuristic_stages(args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT)
-        return PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p, num_stages=stages))
+        return PageAttentionConfig(tokens_per_block=p, num_stages=stages)
 
     def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
         return [
-            PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=p, num_stages=s))
+            PageAttentionConfig(tokens_per_block=p, num_stages=s)
             for p, s in H.candidate_configs(
                 args.num_groups, args.head_dim, _context(args), args.block_size, _itemsize(args)
             )
@@ -78,7 +80,7 @@ class CudaPageAttention(KernelImpl):
         stages = self._stages(cfg, args, p)
         if not H.MIN_STAGES <= stages <= H.MAX_STAGES:
             raise ValueError(
-                f"cuda page_attention: fwd_params.num_stages must be in [{H.MIN_STAGES}, {H.MAX_STAGES}], got {stages}"
+                f"cuda page_attention: num_stages must be in [{H.MIN_STAGES}, {H.MAX_STAGES}], got {stages}"
             )
         smem = H.smem_bytes(args.num_groups, args.head_dim, p, args.block_size, stages, _itemsize(args), LANE_VARIANT)
         if smem > H.SMEM_LIMIT:
@@ -91,52 +93,25 @@ class CudaPageAttention(KernelImpl):
     def _partition(cfg: PageAttentionConfig, args: PageAttentionArgs) -> int:
         if cfg.num_splits is not None:  # an explicit split count sets the partition length
             return -(-_context(args) // cfg.num_splits)
-        if cfg.fwd_params is None or cfg.fwd_params.kv_blocksize is None:
-            raise ValueError("cuda page_attention needs fwd_params.kv_blocksize (tokens per partition) or num_splits")
-        return int(cfg.fwd_params.kv_blocksize)
+        if cfg.tokens_per_block is None:
+            raise ValueError("cuda page_attention needs tokens_per_block (tokens per partition) or num_splits")
+        return int(cfg.tokens_per_block)
 
     @staticmethod
     def _stages(cfg: PageAttentionConfig, args: PageAttentionArgs, partition: int) -> int:
-        if cfg.fwd_params is not None and cfg.fwd_params.num_stages is not None:
-            return int(cfg.fwd_params.num_stages)
+        if cfg.num_stages is not None:
+            return int(cfg.num_stages)
         return H.heuristic_stages(
             args.num_groups, args.head_dim, partition, args.block_size, _itemsize(args), LANE_VARIANT
         )
 
     def run(self, args: PageAttentionArgs, cfg: PageAttentionConfig) -> jax.Array:
-        _ffi.ensure_registered()
-        q = args.query
-        b, h, d = (int(x) for x in q.shape)
         partition = self._partition(cfg, args)
-        splits = H.num_splits(_context(args), partition)
-        if args.softmax_aux is not None:
-            sinks = args.softmax_aux.astype(jnp.float32)
-            num_sinks = int(sinks.shape[1])
-        else:
-            sinks, num_sinks = jnp.zeros((h, 1), jnp.float32), 0
-        call = jax.ffi.ffi_call(
-            TARGET,
-            (
-                jax.ShapeDtypeStruct((b, h, d), q.dtype),
-                jax.ShapeDtypeStruct((b, h, splits, d), jnp.float32),  # scratch: partial outputs
-                jax.ShapeDtypeStruct((b, h, splits), jnp.float32),  # scratch: partial log-sum-exps
-            ),
-            vmap_method="sequential",
+        return paged_decode(
+            args,
+            partition=partition,
+            splits=H.num_splits(_context(args), partition),
+            stages=self._stages(cfg, args, partition),
+            variant=LANE_VARIANT,
+            window_left=_window_left(args),
         )
-        window = _window_left(args)
-        out, _, _ = call(
-            q,
-            args.key_cache,
-            args.value_cache,
-            args.context_lens,
-            args.block_tables,
-            sinks,
-            scale=np.float32(args.softmax_scale),
-            soft_cap=np.float32(args.logits_soft_cap or 0.0),
-            window_left=np.int32(-1 if window is None else window),
-            partition=np.int32(partition),
-            num_sinks=np.int32(num_sinks),
-            stages=np.int32(self._stages(cfg, args, partition)),
-            variant=np.int32(LANE_VARIANT),
-        )
-        return out[:, None] if args.query_had_seq_axis else out

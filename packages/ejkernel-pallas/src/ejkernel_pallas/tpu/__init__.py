@@ -1,7 +1,8 @@
 """Mosaic TPU kernels: ``flash_attention`` (forward and backward) and ``page_attention`` (decode).
 
-Each op folder holds ``impl.py`` (what the implementation accepts, its configs), ``heuristics.py``
-(block sizes: pure functions of shapes and dtype) and the kernels with their host wrappers.
+Each op folder holds ``impl.py`` (what the implementation declares it supports, its configs),
+``heuristics.py`` (block sizes: pure functions of shapes and dtype) and the kernels with their
+host wrappers.
 :func:`interpret_mode` runs them on any machine in Pallas' TPU interpreter. Importing this
 package (what registration does) does not import Pallas; the kernels import it when first traced.
 """

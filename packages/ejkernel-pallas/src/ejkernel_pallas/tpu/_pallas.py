@@ -48,8 +48,10 @@ def interpret_mode(**params: Any) -> Iterator[None]:
     semaphores; it checks out-of-bounds accesses, and fills uninitialized memory with NaN so a
     kernel that reads what it never wrote fails. ``params`` go to ``pltpu.InterpretParams``
     (e.g. ``detect_races=True``). It only changes how kernels run, not which implementation the
-    registry selects: on a machine without a TPU, call the implementation directly (see the
-    package's tests). The setting is part of JAX's trace context, so it also keys ``jit`` caches.
+    registry selects: on a machine without a TPU, run the implementation alone on a pretend TPU,
+    ``ejkernel.ops.run_impl(impl, args, cfg, device=DeviceInfo(platform="tpu", kind=...))`` (see
+    the package's tests). The setting is part of JAX's trace context, so it also keys ``jit``
+    caches.
     """
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(**params)):
         yield

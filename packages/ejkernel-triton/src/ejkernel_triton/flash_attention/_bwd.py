@@ -15,7 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._device import (
+from ._fwd import _tanh
+from ._kernel import (
     _BH_OFFSET,
     _GOLDEN,
     _KMUL,
@@ -29,7 +30,6 @@ from ._device import (
     row_bounds,
     store_tile,
 )
-from ._fwd import _tanh
 
 
 @triton.jit

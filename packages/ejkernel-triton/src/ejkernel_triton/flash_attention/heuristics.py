@@ -12,8 +12,8 @@ import itertools
 
 import jax.numpy as jnp
 
-from ejkernel.modules.attention import AttentionArgs
 from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.ops.families.attention import AttentionArgs
 
 # Shared memory a block may use (bytes), by compute capability (CUDA programming guide).
 _SMEM = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912}
@@ -103,9 +103,9 @@ def heuristic_fwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None, se
 
 
 def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
-    """Whether the forward runs on the Hopper TMA kernel (``_fwd_tma``): sm_90+, 16-bit inputs,
-    head dim 64 or 128 for queries and values, and none of the options only the pointer-based
-    kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen)."""
+    """Whether the forward runs on the Hopper TMA kernels (``_fwd.flash_fwd_tma*_kernel``): sm_90+,
+    16-bit inputs, head dim 64 or 128 for queries and values, and none of the options only the
+    pointer-based kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen)."""
     return (
         cc is not None
         and cc >= (9, 0)
@@ -125,7 +125,7 @@ def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
 
 
 def heuristic_fwd_tma(args: AttentionArgs) -> FwdParams:
-    """Tiles of the TMA forward (``_fwd_tma``), measured on an H200 at b2 s8192 h16 d128 bf16.
+    """Tiles of the TMA forward (``_fwd``'s TMA kernels), measured on an H200 at b2 s8192 h16 d128 bf16.
 
     Non-causal with lengths that are multiples of 128: 128x128 tiles, 4 warps, 2 stages, for the
     warp-specialized kernel (``benchmarks/h200/ws_launch_probe.py``: 520 TFLOP/s; 271 for the same

@@ -1,53 +1,54 @@
-"""The Triton ``flash_attention`` implementation: what it accepts, its configs, its entry point."""
+"""The Triton ``flash_attention`` implementation: what it declares, its configs, its entry points."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import jax.numpy as jnp
 
-from ejkernel.modules.attention import AttentionArgs
-from ejkernel.modules.flash_attention import FlashAttentionConfig
-from ejkernel.ops import DeviceInfo, KernelImpl, current_policy
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, OpConfig, current_policy
+from ejkernel.ops.families.attention import AttentionArgs, AttentionImpl
+from ejkernel.ops.flash_attention import FlashAttentionConfig
 
 from .._launch import availability
 from . import heuristics as H
 
-_DTYPES = ("float16", "bfloat16", "float32")
-_MAX_HEAD_DIM = 256
 
-
-class TritonFlashAttention(KernelImpl):
+class TritonFlashAttention(AttentionImpl):
     """FlashAttention-2 forward and backward in Triton for NVIDIA GPUs (compute capability >= 8.0).
 
     It provides the log-sum-exp protocol (``supports_lse``), so ``ring_attention`` runs its blocks
-    with these kernels on GPUs; it declines ``position_offset`` (the ring's sliding-window blocks),
-    which then run on another implementation.
+    with these kernels on GPUs; it does not support ``position_offset`` (the ring's sliding-window
+    blocks), which then run on another implementation.
     """
 
     version = "1"
     device_requirement = "an NVIDIA GPU"
     supports_lse = True  # ring attention's per-block kernel on NVIDIA GPUs
+    dtypes = ("float16", "bfloat16", "float32")
+    max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256, "value_head_dim": 256}
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "attention_mask": (
+            "pairwise attention masks are not supported; express them as segment ids "
+            "(MaskInfo.from_segments) or as an additive bias"
+        ),
+        "position_offset": "position_offset (the query positions of ring-attention window blocks) is not supported",
+    }
+    # Small tiles, a backward tiled differently from the forward: several blocks on small inputs.
+    test_configs: ClassVar[Mapping[str, OpConfig]] = {
+        "tiles32x32-bwd16x32": FlashAttentionConfig(
+            fwd_params=FwdParams(q_blocksize=32, kv_blocksize=32, num_warps=4, num_stages=2),
+            bwd_params=BwdParams(q_blocksize=16, kv_blocksize=32, num_warps=4, num_stages=2),
+        )
+    }
 
-    def decline(self, args: AttentionArgs, device: DeviceInfo) -> str | None:
+    def available(self, device: DeviceInfo) -> str | None:
         if device.compute_capability is None:  # a GPU without CUDA compute capability (ROCm)
             return f"needs an NVIDIA GPU; this call runs on {device.kind}"
         if device.compute_capability < (8, 0):
             return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        missing = availability()
-        if missing:
-            return missing
-        dtype = jnp.dtype(args.dtype).name
-        if dtype not in _DTYPES:
-            return f"supports {', '.join(_DTYPES)} inputs, got {dtype}"
-        if max(args.head_dim, args.value_head_dim) > _MAX_HEAD_DIM:
-            return f"supports head dims up to {_MAX_HEAD_DIM}, got {args.head_dim} (value {args.value_head_dim})"
-        if args.position_offset is not None:
-            return "position_offset (the query positions of ring-attention window blocks) is not supported"
-        if args.attention_mask is not None:
-            return (
-                "pairwise attention masks are not supported; express them as segment ids "
-                "(MaskInfo.from_segments) or as an additive bias"
-            )
-        return None
+        return availability()
 
     def _sizes(self, args: AttentionArgs) -> tuple[int, int, int]:
         return args.head_dim, args.value_head_dim, jnp.dtype(args.dtype).itemsize

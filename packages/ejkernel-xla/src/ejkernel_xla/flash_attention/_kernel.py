@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ejkernel.modules.attention import AttentionArgs, key_bounds, vary_like
+from ejkernel.ops.families.attention import AttentionArgs
+from ejkernel.ops.families.attention_math import key_bounds, vary_like
 
 from .. import _tiles as T
 from .._tiles import F32, TileSpec

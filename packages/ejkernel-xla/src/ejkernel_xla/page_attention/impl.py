@@ -1,108 +1,39 @@
-"""The XLA ``page_attention``: decode over a paged KV cache by gathering pages a chunk at a time.
-
-Each step gathers ``pages_per_step`` pages of every sequence (``cache[block_tables[:, chunk]]``),
-computes their logits and folds them into an online softmax, so temporary memory is one chunk,
-not the whole context. The loop stops after the longest context (and, with a sliding window,
-starts at the earliest page any sequence still needs). Tokens past a sequence's context are
-masked and their values zeroed, so garbage (even NaN) in unused pages never reaches the output.
-"""
+"""The XLA ``page_attention`` implementation: what it declares, its configs, its entry point."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
-import jax.numpy as jnp
-from jax import lax
 
-from ejkernel.modules.page_attention import PageAttentionArgs, PageAttentionConfig
-from ejkernel.ops import DeviceInfo, FwdParams, KernelImpl
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
-F32 = jnp.float32
-# Float32 at float32 accuracy (the GPU default is TF32); lower precisions at the default.
-_HIGHEST = lax.Precision.HIGHEST
-
-
-def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
-    b, h, d = args.query.shape
-    hk, g, bs, dv = args.num_kv_heads, args.num_groups, args.block_size, args.value_head_dim
-    pps = max(1, min(tokens_per_step // bs, args.max_blocks))  # pages per step
-    steps_total = -(-args.max_blocks // pps)
-    tables = jnp.pad(args.block_tables, ((0, 0), (0, steps_total * pps - args.max_blocks)))
-    cdt = jnp.promote_types(args.query.dtype, args.key_cache.dtype)
-    q = args.query.reshape(b, hk, g, d).astype(cdt)
-    precision = _HIGHEST if cdt == F32 else None
-    lens = args.context_lens
-    chunk = pps * bs
-
-    s_hi = (jnp.max(lens) + chunk - 1) // chunk
-    s_lo = jnp.asarray(0, jnp.int32)
-    if args.sliding_window is not None:
-        first = jnp.maximum(jnp.min(jnp.where(lens > 0, lens, jnp.max(lens))) - 1 - args.sliding_window[0], 0)
-        s_lo = jnp.minimum(first // chunk, s_hi).astype(jnp.int32)
-
-    def step(s, carry):
-        m_i, l_i, acc = carry
-        pages = lax.dynamic_slice_in_dim(tables, s * pps, pps, 1)  # [b, pps]
-        k_t = args.key_cache.at[pages].get(mode="clip").reshape(b, chunk, hk, d).astype(cdt)
-        v_t = args.value_cache.at[pages].get(mode="clip").reshape(b, chunk, hk, dv).astype(cdt)
-        pos = s * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        valid = pos[None, :] < lens[:, None]  # [b, chunk]
-        if args.sliding_window is not None:
-            valid &= pos[None, :] >= lens[:, None] - 1 - args.sliding_window[0]
-        v_t = jnp.where(valid[:, :, None, None], v_t, 0)
-        logits = jnp.einsum("bhgd,bthd->bhgt", q, k_t, precision=precision, preferred_element_type=F32)
-        logits = logits * args.softmax_scale
-        if args.logits_soft_cap is not None:
-            logits = args.logits_soft_cap * jnp.tanh(logits / args.logits_soft_cap)
-        logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
-        m_new = jnp.maximum(m_i, logits.max(axis=-1))
-        m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        p = jnp.exp(logits - m_safe[..., None])
-        alpha = jnp.exp(m_i - m_safe)
-        pv = jnp.einsum("bhgt,bthd->bhgd", p.astype(cdt), v_t, precision=precision, preferred_element_type=F32)
-        return m_new, l_i * alpha + p.sum(axis=-1), acc * alpha[..., None] + pv
-
-    init = (jnp.full((b, hk, g), -jnp.inf, F32), jnp.zeros((b, hk, g), F32), jnp.zeros((b, hk, g, dv), F32))
-    m_i, l_i, acc = lax.fori_loop(s_lo, s_hi.astype(jnp.int32), step, init)
-    if args.softmax_aux is not None:
-        sinks = args.softmax_aux.astype(F32).reshape(1, hk, g, -1)
-        m_new = jnp.maximum(m_i, sinks.max(axis=-1))
-        alpha = jnp.exp(m_i - m_new)
-        l_i = l_i * alpha + jnp.exp(sinks - m_new[..., None]).sum(axis=-1)
-        acc = acc * alpha[..., None]
-    out = acc / jnp.where(l_i > 0, l_i, 1.0)[..., None]
-    out = out.reshape(b, h, dv).astype(args.query.dtype)
-    return out[:, None] if args.query_had_seq_axis else out
+from . import heuristics as H
+from ._kernel import page_attention
 
 
 class XlaPageAttention(KernelImpl):
     """Paged decode in plain JAX (chunked page gathers + online softmax), any device."""
 
-    version = "1"
+    version = "2"
+    # 8 tokens per step: many steps, partial pages at the ends of ragged contexts.
+    test_configs: ClassVar[dict[str, OpConfig]] = {"step8tokens": PageAttentionConfig(tokens_per_block=8)}
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
-        # 2048 tokens per step: gathers large enough to run near copy bandwidth, while the
-        # gathered chunk stays a small fraction of a long context.
-        tokens = min(args.max_blocks * args.block_size, max(args.block_size, 2048 // args.block_size * args.block_size))
-        return PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=tokens), num_splits=1)
+        return H.heuristic(args)
 
     def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
-        full = args.max_blocks * args.block_size
-        sizes = sorted(
-            {
-                min(full, max(args.block_size, t // args.block_size * args.block_size))
-                for t in (256, 512, 1024, 2048, 4096, 8192, full)
-            }
-        )
-        return [PageAttentionConfig(fwd_params=FwdParams(kv_blocksize=t), num_splits=1) for t in sizes]
+        return H.candidates(args)
 
     def validate_cfg(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> None:
-        if cfg.fwd_params is None or cfg.fwd_params.kv_blocksize is None:
-            raise ValueError("xla page_attention needs fwd_params.kv_blocksize (tokens per step)")
+        if cfg.tokens_per_block is None:
+            raise ValueError("xla page_attention needs tokens_per_block (cached tokens per step)")
         if cfg.num_splits not in (None, 1):
             raise ValueError(
                 f"xla page_attention does not split the context (num_splits must be 1, got {cfg.num_splits})"
             )
 
     def run(self, args: PageAttentionArgs, cfg: PageAttentionConfig) -> jax.Array:
-        assert cfg.fwd_params is not None and cfg.fwd_params.kv_blocksize is not None
-        return page_attention(args, cfg.fwd_params.kv_blocksize)
+        assert cfg.tokens_per_block is not None
+        return page_attention(args, cfg.tokens_per_block)

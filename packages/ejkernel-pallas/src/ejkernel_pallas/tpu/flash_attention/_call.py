@@ -12,8 +12,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ejkernel.modules.attention import AttentionArgs, softmax_aux_grad
 from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.ops.families.attention import AttentionArgs
+from ejkernel.ops.families.attention_math import softmax_aux_grad
 
 from ._bwd import backward
 from ._fwd import forward
@@ -64,7 +65,7 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def flash_attention(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams) -> jax.Array:
-    """The op on canonical arguments (``ejkernel.modules.attention``), differentiable."""
+    """The op on canonical arguments (``ejkernel.ops.families.attention``), differentiable."""
     spec = make_spec(args, fwd, bwd)
     bhsd = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
     out = _attention(

@@ -36,7 +36,7 @@ class BlockPlan:
 
 def row_bounds(seq_q: int, seq_k: int, causal: bool, window: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
     """Per query row, the keys ``[lo, hi)`` it may attend (``hi == lo``: none), bottom-right
-    aligned as ``ejkernel.modules.attention.key_bounds`` defines them."""
+    aligned as ``ejkernel.ops.families.attention_math.key_bounds`` defines them."""
     pos = np.arange(seq_q, dtype=np.int64) + (seq_k - seq_q)
     lo = np.zeros(seq_q, np.int64)
     hi = np.full(seq_q, seq_k, np.int64)

@@ -1,20 +1,20 @@
-"""The Pallas TPU ``flash_attention`` implementation: what it accepts, its configs, its entry."""
+"""The Pallas TPU ``flash_attention`` implementation: what it declares, its configs, its entry."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax.numpy as jnp
 
-from ejkernel.modules.attention import AttentionArgs
-from ejkernel.modules.flash_attention import FlashAttentionConfig
-from ejkernel.ops import DeviceInfo, KernelImpl, current_policy
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, OpConfig, current_policy
+from ejkernel.ops.families.attention import AttentionArgs, AttentionImpl
+from ejkernel.ops.flash_attention import FlashAttentionConfig
 
 from .._tiling import VMEM_BUDGET, tpu_decline
 from . import heuristics as H
 
-_DTYPES = ("float32", "bfloat16")
-_MAX_HEAD_DIM = 256
-
-# Decline reasons (documented in the package README and asserted by its tests).
+# Decline reasons of the unsupported features (documented in the package README, asserted by the
+# conformance suite from the declaration below).
 NO_BIAS = (
     "an additive bias is not supported; express masks as segment ids (MaskInfo.from_segments) or use platform='xla'"
 )
@@ -32,37 +32,39 @@ NO_PAIRWISE = (
 )
 
 
-class PallasTpuFlashAttention(KernelImpl):
+class PallasTpuFlashAttention(AttentionImpl):
     """FlashAttention-2 forward and backward as Mosaic TPU Pallas kernels (TPU v4 and newer).
 
     Supports causal, sliding windows, segment ids, GQA/MQA, logits soft cap, attention sinks and a
-    value head dim different from the query's; declines bias, dropout, varlen, pairwise masks
-    and ring attention's ``position_offset``.
+    value head dim different from the query's; declares bias, dropout, varlen, pairwise masks and
+    ring attention's ``position_offset`` unsupported. It does not provide the log-sum-exp
+    protocol (``supports_lse = False``), so it is no inner kernel of ``ring_attention``.
     """
 
     version = "1"
     device_requirement = "a TPU"
+    # No float16: TPUs have no fast float16 path (bfloat16 is their 16-bit type).
+    dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")
+    # Head dims above 128 that are not a multiple of 128 are zero-padded to one (_spec.kernel_head_dim).
+    max_sizes: ClassVar[dict[str, int]] = {"head_dim": 256, "value_head_dim": 256}
+    unsupported: ClassVar[dict[str, str]] = {
+        "bias": NO_BIAS,
+        "dropout": NO_DROPOUT,
+        "varlen": NO_VARLEN,
+        "attention_mask": NO_PAIRWISE,
+        "position_offset": NO_POSITION_OFFSET,  # set only by ring attention
+    }
+    # TPU tiling: 16-row query blocks, 128-key blocks (the smallest the lane dimension allows),
+    # different forward and backward: several blocks per sequence on the small conformance cases.
+    test_configs: ClassVar[dict[str, OpConfig]] = {
+        "tiles16x128-bwd32x128": FlashAttentionConfig(
+            fwd_params=FwdParams(q_blocksize=16, kv_blocksize=128),
+            bwd_params=BwdParams(q_blocksize=32, kv_blocksize=128),
+        )
+    }
 
-    def decline(self, args: AttentionArgs, device: DeviceInfo) -> str | None:
-        reason = tpu_decline(device)
-        if reason is not None:
-            return reason
-        dtype = jnp.dtype(args.dtype).name
-        if dtype not in _DTYPES:
-            return f"supports {' and '.join(_DTYPES)} inputs (TPUs have no fast float16 path), got {dtype}"
-        if max(args.head_dim, args.value_head_dim) > _MAX_HEAD_DIM:
-            return f"supports head dims up to {_MAX_HEAD_DIM}, got {args.head_dim} (value {args.value_head_dim})"
-        if args.bias is not None:
-            return NO_BIAS
-        if args.dropout_prob > 0:
-            return NO_DROPOUT
-        if args.is_varlen:
-            return NO_VARLEN
-        if args.attention_mask is not None:
-            return NO_PAIRWISE
-        if args.position_offset is not None:  # set only by ring attention
-            return NO_POSITION_OFFSET
-        return None
+    def available(self, device: DeviceInfo) -> str | None:
+        return tpu_decline(device)
 
     def _shape(self, args: AttentionArgs) -> tuple:
         return (args.seq_q, args.seq_k, args.head_dim, args.value_head_dim, args.dtype, args.has_segments)

@@ -1,9 +1,9 @@
 """Pages per step of the TPU paged decode: rules, VMEM estimate, heuristic, autotune space.
 
-``PageAttentionConfig.fwd_params.kv_blocksize`` is the number of cached tokens one grid step
-copies and attends: ``pages_per_step = kv_blocksize // block_size`` whole pages, fetched by DMA
-into one of two VMEM slots while the other slot is being attended. Pure functions of shapes and
-dtype (no TPU needed).
+``PageAttentionConfig.tokens_per_block`` is the number of cached tokens one grid step copies and
+attends: ``pages_per_step = tokens_per_block // block_size`` whole pages, fetched by DMA into one
+of two VMEM slots while the other slot is being attended. Pure functions of shapes and dtype (no
+TPU needed); they return tokens per step (``pages × block_size``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-
-from ejkernel.ops import FwdParams
 
 from .._tiling import VMEM_BUDGET, round_up, sublanes
 
@@ -35,32 +33,34 @@ def _fits(pages: int, block_size: int, num_kv_heads: int, d: int, dv: int, dtype
     return buffer_bytes(pages, block_size, num_kv_heads, d, dv, dtype) <= VMEM_BUDGET // 2
 
 
-def heuristic(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> FwdParams:
+def heuristic(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> int:
+    """Tokens per step: up to ``_TARGET_TOKENS`` (whole pages, no more than the table has),
+    halving the pages until the two K/V slots fit."""
     pages = max(1, min(max_blocks, _MAX_PAGES_PER_STEP, _TARGET_TOKENS // block_size))
     while pages > 1 and not _fits(pages, block_size, num_kv_heads, d, dv, dtype):
         pages //= 2
-    return FwdParams(kv_blocksize=pages * block_size)
+    return pages * block_size
 
 
-def candidates(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> list[FwdParams]:
-    out = []
-    for tokens in (128, 256, 512, 1024, 2048):
-        pages = max(1, min(max_blocks, _MAX_PAGES_PER_STEP, tokens // block_size))
-        p = FwdParams(kv_blocksize=pages * block_size)
-        if p not in out and _fits(pages, block_size, num_kv_heads, d, dv, dtype):
-            out.append(p)
+def candidates(block_size: int, max_blocks: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> list[int]:
+    """Tokens per step to autotune over (deduplicated, each fitting the VMEM budget)."""
+    out: list[int] = []
+    for target in (128, 256, 512, 1024, 2048):
+        pages = max(1, min(max_blocks, _MAX_PAGES_PER_STEP, target // block_size))
+        tokens = pages * block_size
+        if tokens not in out and _fits(pages, block_size, num_kv_heads, d, dv, dtype):
+            out.append(tokens)
     return out
 
 
-def check(params: FwdParams | None, block_size: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> int:
-    """Pages per step of ``params``; ``ValueError`` unless it is a positive multiple of the
-    cache's block size that fits the VMEM budget."""
-    if params is None or params.kv_blocksize is None:
-        raise ValueError("pallas page_attention needs fwd_params.kv_blocksize (cached tokens per step)")
-    tokens = params.kv_blocksize
-    if tokens % block_size:
+def check(tokens: int | None, block_size: int, num_kv_heads: int, d: int, dv: int, dtype: Any) -> int:
+    """Pages per step of ``tokens`` (``tokens_per_block``); ``ValueError`` unless it is a positive
+    multiple of the cache's block size that fits the VMEM budget."""
+    if tokens is None:
+        raise ValueError("pallas page_attention needs tokens_per_block (cached tokens per step)")
+    if tokens <= 0 or tokens % block_size:
         raise ValueError(
-            f"pallas page_attention: fwd_params.kv_blocksize ({tokens}) must be a multiple of the cache's "
+            f"pallas page_attention: tokens_per_block ({tokens}) must be a positive multiple of the cache's "
             f"block_size ({block_size}): steps copy whole pages"
         )
     pages = tokens // block_size

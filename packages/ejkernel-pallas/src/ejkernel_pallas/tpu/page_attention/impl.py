@@ -1,49 +1,47 @@
-"""The Pallas TPU ``page_attention`` implementation: what it accepts, its configs, its entry."""
+"""The Pallas TPU ``page_attention`` implementation: what it declares, its configs, its entry."""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+from typing import ClassVar
 
-from ejkernel.modules.page_attention import PageAttentionArgs, PageAttentionConfig
-from ejkernel.ops import DeviceInfo, KernelImpl
+import jax
+
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig, SizeRule
+from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
 from .._tiling import NUM_LANES, tpu_decline
 from . import heuristics as H
 
-_DTYPES = ("float32", "bfloat16")
-
-
-def _lane_friendly(n: int) -> bool:
-    # Row statistics are [rows, 128] vregs: they scale a tile by slicing (n < 128) or tiling
-    # (multiples of 128); other widths would need a relayout per step.
-    return n <= NUM_LANES or n % NUM_LANES == 0
+# Row statistics are [rows, 128] vregs: they scale a tile by slicing (n < 128) or tiling
+# (multiples of 128); other widths would need a relayout per step.
+LANE_FRIENDLY = SizeRule(
+    f"at most {NUM_LANES} or a multiple of {NUM_LANES}", lambda n: n <= NUM_LANES or n % NUM_LANES == 0
+)
 
 
 class PallasTpuPageAttention(KernelImpl):
     """Paged decode as a Mosaic TPU Pallas kernel (TPU v4 and newer): block-table walk with
     scalar prefetch, double-buffered page DMAs, GQA/MQA, soft cap, sliding window and sinks."""
 
-    version = "1"
+    # 2: configs are PageAttentionConfig(tokens_per_block=pages × block_size) (was fwd_params).
+    version = "2"
     device_requirement = "a TPU"
+    # The query's dtype (the op requires the caches to share it). No float16: TPUs have no fast
+    # float16 path.
+    dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")
+    allowed_sizes: ClassVar[dict[str, SizeRule]] = {
+        "block_size": LANE_FRIENDLY,
+        "head_dim": LANE_FRIENDLY,
+        "value_head_dim": LANE_FRIENDLY,
+    }
+    # Every feature of the op is supported (sinks, sliding window, soft cap, GQA, value head dim).
+    unsupported: ClassVar[dict[str, str]] = {}
+    # 32 tokens per step: several steps per sequence on the small conformance cases (block-table
+    # walk, skipped steps before a window, prefetch of the next step and of the next sequence).
+    test_configs: ClassVar[dict[str, OpConfig]] = {"step32tokens": PageAttentionConfig(tokens_per_block=32)}
 
-    def decline(self, args: PageAttentionArgs, device: DeviceInfo) -> str | None:
-        reason = tpu_decline(device)
-        if reason is not None:
-            return reason
-        q_dtype, kv_dtype = jnp.dtype(args.query.dtype).name, jnp.dtype(args.key_cache.dtype).name
-        if kv_dtype not in _DTYPES:
-            return f"supports {' and '.join(_DTYPES)} caches, got {kv_dtype}"
-        if q_dtype != kv_dtype:
-            return f"the query and the caches must share a dtype, got {q_dtype} and {kv_dtype}"
-        for name, n in (
-            ("block_size", args.block_size),
-            ("head_dim", args.head_dim),
-            ("value head_dim", args.value_head_dim),
-        ):
-            if not _lane_friendly(n):
-                return f"{name} must be at most {NUM_LANES} or a multiple of {NUM_LANES}, got {n}"
-        return None
+    def available(self, device: DeviceInfo) -> str | None:
+        return tpu_decline(device)
 
     def _shape(self, args: PageAttentionArgs) -> tuple:
         return (
@@ -56,14 +54,19 @@ class PallasTpuPageAttention(KernelImpl):
         )
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
-        return PageAttentionConfig(fwd_params=H.heuristic(*self._shape(args)), num_splits=1)
+        return PageAttentionConfig(tokens_per_block=H.heuristic(*self._shape(args)), num_splits=1)
 
     def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
-        return [PageAttentionConfig(fwd_params=p, num_splits=1) for p in H.candidates(*self._shape(args))]
+        return [PageAttentionConfig(tokens_per_block=t, num_splits=1) for t in H.candidates(*self._shape(args))]
 
     def validate_cfg(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> None:
         H.check(
-            cfg.fwd_params, args.block_size, args.num_kv_heads, args.head_dim, args.value_head_dim, args.key_cache.dtype
+            cfg.tokens_per_block,
+            args.block_size,
+            args.num_kv_heads,
+            args.head_dim,
+            args.value_head_dim,
+            args.key_cache.dtype,
         )
         if cfg.num_splits not in (None, 1):
             raise ValueError(
@@ -73,8 +76,8 @@ class PallasTpuPageAttention(KernelImpl):
     def run(self, args: PageAttentionArgs, cfg: PageAttentionConfig) -> jax.Array:
         from ._kernel import page_attention
 
-        assert cfg.fwd_params is not None and cfg.fwd_params.kv_blocksize is not None
-        pages = min(cfg.fwd_params.kv_blocksize // args.block_size, args.max_blocks)
+        assert cfg.tokens_per_block is not None
+        pages = min(cfg.tokens_per_block // args.block_size, args.max_blocks)
         out = page_attention(
             args.query,
             args.key_cache,

@@ -1,76 +1,16 @@
-"""``flash_attention``: exact attention in memory linear in the sequence length."""
+"""The public function ``flash_attention``."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal
+from ..executor import define
+from ..families.attention import dense_attention_signature
+from .op import FlashAttention
 
-from jaxtyping import Array, Float, Int
-
-from ..ops.config import BwdParams, FwdParams, OpConfig
-from ..types.mask_info import MaskInfo
-from .attention import DenseAttentionOp
-
-__all__ = ["FlashAttention", "FlashAttentionConfig", "flash_attention"]
+__all__ = ["flash_attention"]
 
 
-@dataclasses.dataclass(frozen=True)
-class FlashAttentionConfig(OpConfig):
-    """Config of ``flash_attention``.
-
-    Attributes:
-        fwd_params: forward tiling (``q_blocksize``/``kv_blocksize``; warps and stages on GPU).
-        bwd_params: backward tiling.
-        platform: ``"auto"`` or an implementation (``"xla"``, ``"triton"``, ...).
-        backend: ``"any"`` or ``"gpu"``/``"tpu"``/``"cpu"``.
-
-    ``None`` fields are chosen by the implementation's heuristic (or by autotuning).
-    """
-
-    op_name = "flash_attention"
-
-    fwd_params: FwdParams | None = None
-    bwd_params: BwdParams | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.fwd_params is not None and not isinstance(self.fwd_params, FwdParams):
-            raise TypeError(f"FlashAttentionConfig.fwd_params must be FwdParams, got {type(self.fwd_params).__name__}")
-        if self.bwd_params is not None and not isinstance(self.bwd_params, BwdParams):
-            raise TypeError(f"FlashAttentionConfig.bwd_params must be BwdParams, got {type(self.bwd_params).__name__}")
-
-
-class FlashAttention(DenseAttentionOp):
-    """The ``flash_attention`` op, for use with an :class:`~ejkernel.ops.Executor`."""
-
-    op_name = "flash_attention"
-    version = "1"
-    config_cls = FlashAttentionConfig
-
-
-@FlashAttention.define
-def flash_attention(
-    query: Float[Array, "batch seq_q num_heads head_dim"],
-    key: Float[Array, "batch seq_k num_kv_heads head_dim"],
-    value: Float[Array, "batch seq_k num_kv_heads value_head_dim"],
-    bias: Float[Array, "..."] | None = None,
-    *,
-    mask_info: MaskInfo | None = None,
-    causal: bool = False,
-    softmax_scale: float | None = None,
-    sliding_window: int | tuple[int, int] | None = None,
-    logits_soft_cap: float | None = None,
-    dropout_prob: float = 0.0,
-    dropout_seed: int | Int[Array, ""] | None = None,
-    cum_seqlens_q: Int[Array, "num_seqs_plus_1"] | None = None,
-    cum_seqlens_k: Int[Array, "num_seqs_plus_1"] | None = None,
-    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
-    platform: Literal["auto", "xla", "triton", "pallas", "cuda"] | str | None = None,
-    cfg: FlashAttentionConfig | None = None,
-    mesh: Any = None,
-    in_specs: Any = None,
-    out_specs: Any = None,
-) -> Float[Array, "batch seq_q num_heads value_head_dim"]:
+@define(FlashAttention, signature=dense_attention_signature)
+def flash_attention():
     """Exact softmax attention, computed blockwise (FlashAttention-2) in memory linear in length.
 
     Shapes are BSHD. ``softmax(scale · q kᵀ + bias) v`` per head, where query head ``j`` uses
@@ -117,4 +57,3 @@ def flash_attention(
         >>> ejkernel.flash_attention(q, k, v, causal=True).shape
         (2, 128, 8, 64)
     """
-    return FlashAttention.call(locals())

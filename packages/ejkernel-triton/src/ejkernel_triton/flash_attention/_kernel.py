@@ -1,8 +1,9 @@
-"""Device-side helpers shared by the forward and backward kernels.
+"""Device functions shared by the forward and backward kernels (``_fwd.py``, ``_bwd.py``).
 
 They reproduce the op's semantics exactly as the core defines them
-(``ejkernel.modules.attention``): per-row key intervals ``[lo, hi)`` for causal / sliding window /
-varlen, and the counter-based dropout hash (bit-identical to ``dropout_keep_mask``).
+(``ejkernel.ops.families.attention_math``): per-row key intervals ``[lo, hi)`` for causal /
+sliding window / varlen, and the counter-based dropout hash (bit-identical to
+``dropout_keep_mask``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import triton.language as tl
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): softmax runs in base 2 (exp2 is one instruction)
 LN2 = tl.constexpr(0.6931471805599453)
 
-# MurmurHash3 fmix32 and index multipliers, as in ejkernel.modules.attention.dropout_keep_mask.
+# MurmurHash3 fmix32 and index multipliers, as in ejkernel.ops.families.attention_math.dropout_keep_mask.
 _M1 = tl.constexpr(0x85EBCA6B)
 _M2 = tl.constexpr(0xC2B2AE35)
 _GOLDEN = tl.constexpr(0x9E3779B9)

@@ -1,15 +1,15 @@
-// XLA FFI handlers of ejkernel-cuda and the Python module that hands them to JAX.
+// XLA FFI handler of the paged decode (page_attention), registered by the module in ../ext.cc.
 //
 // JAX registers each handler with jax.ffi.register_ffi_target(name, capsule, platform="CUDA") and
 // calls it with jax.ffi.ffi_call; XLA passes the device buffers, the attributes and the CUDA
 // stream of the computation. Launch errors come back to JAX as FFI errors, not crashes.
 
-#include <pybind11/pybind11.h>
+#include "page_attention/ffi.h"
 
 #include <cstdint>
 #include <string>
 
-#include "paged_decode.cuh"
+#include "page_attention/paged_decode.cuh"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -152,39 +152,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelPagedDecode, PagedDecodeImpl,
                                   .Attr<int32_t>("num_sinks")
                                   .Attr<int32_t>("stages")
                                   .Attr<int32_t>("variant"));
-
-namespace {
-
-pybind11::capsule capsule(void* fn) { return pybind11::capsule(fn); }
-
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
-}
-
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-}  // namespace
-
-PYBIND11_MODULE(_ext, m) {
-  m.doc() = "ejkernel-cuda: CUDA kernels as XLA FFI handlers";
-  m.def("registrations", []() {
-    pybind11::dict d;
-    d["ejkernel_cuda_paged_decode"] = capsule(reinterpret_cast<void*>(EjkernelPagedDecode));
-    return d;
-  }, "FFI target name -> handler capsule, for jax.ffi.register_ffi_target(..., platform='CUDA').");
-  m.def("cuda_device_count", &cuda_device_count, "CUDA devices visible to this process (0 without a driver).");
-  m.def("sm_count", &sm_count, "Streaming multiprocessors of the current CUDA device (0 without one).");
-  m.attr("cuda_runtime_version") = CUDART_VERSION;
-}

@@ -4,12 +4,12 @@ Each device keeps its query shard and passes its key/value shard around the ring
 ``lax.ppermute`` (Liu et al. 2023, "Ring Attention with Blockwise Transformers"); at step ``t``
 device ``r`` holds the keys of device ``src = (r - t) mod P``. Each step runs the inner kernel
 (any ``flash_attention`` implementation with the log-sum-exp protocol, see
-:meth:`~ejkernel.ops.KernelImpl.forward_lse`) on (local queries, visiting keys) and merges the
+:meth:`~ejkernel.ops.families.attention.AttentionImpl.forward_lse`) on (local queries, visiting keys) and merges the
 normalized partial output into the running one by log-sum-exp. The transfer for step ``t + 1``
 is issued before step ``t`` computes, so the two overlap.
 
 The backward (FA2 style, one ``custom_vjp`` around the whole ring) runs the ring again: each
-block's gradients come from the inner kernel's :meth:`~ejkernel.ops.KernelImpl.backward_lse`
+block's gradients come from the inner kernel's :meth:`~ejkernel.ops.families.attention.AttentionImpl.backward_lse`
 with the *global* output and log-sum-exp; ``dq`` accumulates in place, ``dk``/``dv`` travel with
 their key/value block and take one last hop home. The accumulated ``dk``/``dv`` of the previous
 step are sent at the start of a step and added after its block is computed, so that transfer
@@ -45,7 +45,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .attention import AttentionArgs, _varying_axes, output_rowsum, softmax_aux_grad, vary_like
+from ..families.attention import AttentionArgs
+from ..families.attention_math import output_rowsum, softmax_aux_grad, vary_like, varying_axes
 
 F32 = jnp.float32
 NEG_INF = -jnp.inf
@@ -406,7 +407,7 @@ def _typed_like(g: Any, x: Any) -> Any:
     (a bias or sinks replicated over the ring) gets the sum of the devices' contributions; with
     ``check_vma=False`` ``shard_map`` itself sums them when it transposes.
     """
-    extra = tuple(sorted(_varying_axes(g) - _varying_axes(x), key=str))
+    extra = tuple(sorted(varying_axes(g) - varying_axes(x), key=str))
     if extra:
         g = lax.psum(g, extra)
     return vary_like(g.astype(x.dtype), x)

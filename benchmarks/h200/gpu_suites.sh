@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every GPU test suite of the project on one H200, in stages (STAGES picks them, in this order),
+# for rechecking a change that touches the GPU backends; records to $OUT (or /tmp/out):
+#   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
+#   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, CUDA
+#          page attention), forward and gradients; junit XML
+#   gpu    tests/gpu (TMA forwards, every head dim; GPU_TESTS picks files; not the autotune test: STAGES=tune)
+#   lse    the log-sum-exp protocol (ring attention's inner kernels)
+#   cuda   the ejkernel-cuda package's own tests
+#   tune   autotune persistence across processes
+#   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
+#          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
+# From the repository root on the GPU machine:
+#   bash .whl/install.sh && STAGES="build conf" bash benchmarks/h200/gpu_suites.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+stages=" ${STAGES:-build conf gpu lse cuda bench} "
+# The project's addopts are dropped (the image's pytest plugins differ); its default marker filter is kept.
+gpu_pytest() { XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "${MARKS:-not full and not packaging}" -rf "${@:2}"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+{ git log -1 --format="HEAD %h (%s)"; git status --short | head -3 | sed 's/^/uncommitted: /'; } 2>/dev/null | tee -a "$out/gpu.txt"
+if [[ $stages == *" build "* ]]; then
+  t0=$(date +%s)
+  EJKERNEL_CUDA_ARCHS=${EJKERNEL_CUDA_ARCHS:-90a-real} python3 -m pip install -q --no-index --no-deps \
+    --no-build-isolation -e packages/ejkernel-cuda > "$out/cuda_build.txt" 2>&1 || { tail -30 "$out/cuda_build.txt"; exit 1; }
+  echo "cuda build: $(( $(date +%s) - t0 )) s"
+fi
+if [[ $stages == *" conf "* ]]; then
+  gpu_pytest ${CONF_S:-420} tests/conformance -k "triton or cuda" -n ${WORKERS:-14} --maxfail=20 --durations=5 \
+    --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
+fi
+if [[ $stages == *" gpu "* ]]; then
+  gpu_pytest ${GPU_S:-420} ${GPU_TESTS:-tests/gpu} -k "not autotune" -n ${WORKERS:-14} --durations=5 > "$out/gpu_tests.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/gpu_tests.txt" | tail -12
+fi
+if [[ $stages == *" lse "* ]]; then
+  gpu_pytest ${LSE_S:-120} tests/distributed/test_lse_protocol.py -n 2 > "$out/lse.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/lse.txt" | tail -4
+fi
+if [[ $stages == *" cuda "* ]]; then
+  gpu_pytest ${CUDA_S:-200} packages/ejkernel-cuda/tests -n 4 > "$out/cuda_tests.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/cuda_tests.txt" | tail -8
+fi
+if [[ $stages == *" tune "* ]]; then
+  gpu_pytest ${TUNE_S:-300} tests/gpu/test_autotune_gpu.py -rfP -n 2 > "$out/autotune.txt" 2>&1
+  grep -E "\[autotune|passed|failed" "$out/autotune.txt" | tail -6
+fi
+if [[ $stages == *" bench "* ]]; then
+  timeout ${BENCH_S:-240} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} --impl triton \
+    --shape 2,8192,16,128 --causal both --json "$out/flash_attention_bar.json" > "$out/flash_bench.txt" 2>&1
+  tail -12 "$out/flash_bench.txt"
+  timeout ${PAGE_S:-150} python3 -m ejkernel bench page_attention --dtype bfloat16 --impl cuda --b 32 --h 32 --hk 8 --d 128 \
+    --block-size 16 --context 8192 --repeats ${REPEATS:-5} --json "$out/page_attention_8192.json" > "$out/page_bench.txt" 2>&1
+  tail -10 "$out/page_bench.txt"
+fi

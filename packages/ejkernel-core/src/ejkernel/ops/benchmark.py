@@ -1,0 +1,241 @@
+"""Benchmarking an op: every implementation that runs here, side by side with its peers.
+
+An op describes its benchmark in its folder (``ejkernel/ops/<op>/bench.py``: ``BENCH``, an
+:class:`OpBench`): its command-line options, the cases they make (inputs, the cost model: FLOPs
+or bytes, the peers to time on the same inputs, the check against the reference). :func:`run`
+times every registered implementation that accepts each case, and the peers, with the one clock
+of the library (:func:`ejkernel.ops.timing.device_ms`), forward and, for trainable ops,
+forward+backward; ``ejkernel bench <op>`` is a thin command line over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .device import device_for_arrays
+from .executor import bind
+from .op import get_op, op_class
+from .registry import kernel_registry
+from .timing import TIMER, device_ms
+
+__all__ = ["BenchCase", "OpBench", "Peer", "add_ratios", "run", "write_json"]
+
+
+@dataclasses.dataclass
+class Peer:
+    """A peer timed on the same inputs: ``fn(*arrays)``; ``to_op(out)`` maps its output to the
+    op's layout for the check (e.g. a padded batch back to a packed row)."""
+
+    name: str
+    fn: Callable[..., Any]
+    arrays: tuple[Any, ...]
+    to_op: Callable[[Any], Any] | None = None
+
+
+@dataclasses.dataclass
+class BenchCase:
+    """One benchmarked shape.
+
+    Attributes:
+        label: a short readable name (table rows, plots).
+        fields: what identifies the case in the JSON records (shape, options).
+        arrays: the op's positional arrays; ``options``: its keyword options.
+        cost: forward FLOPs (``metric="tflops"``) or bytes moved (``"gbps"``).
+        peers: peers timed on the same inputs.
+        check: ``check(out) -> (status, max_error)`` against the reference (``None``: no check).
+        extra: fields added to every record of the case (e.g. the measured copy bandwidth).
+    """
+
+    label: str
+    fields: dict[str, Any]
+    arrays: tuple[Any, ...]
+    options: dict[str, Any]
+    cost: float
+    peers: list[Peer] = dataclasses.field(default_factory=list)
+    check: Callable[[Any], tuple[str, float]] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class OpBench:
+    """An op's benchmark description (subclass it in the op's ``bench.py`` as ``BENCH``).
+
+    ``metric`` is ``"tflops"`` (compute-bound: forward FLOPs, forward+backward counted as
+    ``backward_factor + 1`` times that) or ``"gbps"`` (memory-bound: bytes per call). ``peer``
+    names the peer the ratios are taken against (its name, or a callable of the device platform).
+    """
+
+    metric: str = "tflops"
+    backward_factor: float = 2.5
+    peer: str | Callable[[str], str] | None = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The op's command-line options of ``ejkernel bench <op>``."""
+
+    def cases(self, ns: argparse.Namespace, dtype: str, *, peers: bool, check: bool) -> list[BenchCase]:
+        """The cases the parsed options describe. Raise ``ValueError`` for a bad option value
+        (the command line turns it into a usage error)."""
+        raise NotImplementedError
+
+    def ratio_peer(self, platform: str) -> str | None:
+        return self.peer(platform) if callable(self.peer) else self.peer
+
+
+def _record_base(op: str, impl: str, device: str, dtype: str) -> dict[str, Any]:
+    from .. import __version__
+
+    return {
+        "op": op,
+        "impl": impl,
+        "device": device,
+        "dtype": dtype,
+        "jax": jax.__version__,
+        "ejkernel": __version__,
+        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "timer": TIMER,
+    }
+
+
+def _timed(fn: Callable[..., Any], args: Sequence[Any], repeats: int, progress: Callable[[str], None]) -> float | None:
+    try:
+        return device_ms(fn, args, repeats)
+    except Exception as e:
+        progress(f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        return None
+
+
+def _call(function: Callable[..., Any], impl: str, options: dict[str, Any], *arrays: Any) -> Any:
+    return function(*arrays, platform=impl, **options)
+
+
+def accepting(op: str, case: BenchCase, impls: Sequence[str] | None, progress: Callable[[str], None]) -> list[str]:
+    """Names of the implementations of ``op`` that accept ``case`` here (declines reported)."""
+    args = bind(op, *case.arrays, **case.options)
+    dev = device_for_arrays(get_op(op).arrays(args))
+    names = []
+    for impl in kernel_registry.implementations(op):
+        if impls and impl.name not in impls:
+            continue
+        reason = kernel_registry.check(impl, args, dev)
+        if reason is None:
+            names.append(impl.name)
+        else:
+            progress(f"{impl.name}: declines {case.label}: {reason}")
+    return names
+
+
+def run(
+    op: str,
+    cases: Sequence[BenchCase],
+    dtype: str,
+    *,
+    impls: Sequence[str] | None = None,
+    backward: bool = True,
+    repeats: int = 10,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Time every accepting implementation of ``op`` and every peer on each case; one record per
+    (case, implementation)."""
+    report = progress or (lambda msg: None)
+    op_cls = op_class(op)
+    bench = op_cls.get_bench()
+    function = op_cls.function
+    device = jax.devices()[0]
+    trainable = op_cls.trainable and backward
+    records: list[dict[str, Any]] = []
+    for case in cases:
+        candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[Any], Any] | None]] = [
+            (name, functools.partial(_call, function, name, case.options), case.arrays, None)
+            for name in accepting(op, case, impls, report)
+        ]
+        candidates += [(p.name, p.fn, p.arrays, p.to_op) for p in case.peers]
+        for name, fn, arrays, to_op in candidates:
+            report(f"{name}: {case.label}")
+            try:
+                out = jax.block_until_ready(jax.jit(fn)(*arrays))
+            except Exception as e:
+                report(f"{name}: failed on {case.label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                continue
+            rec = _record_base(op, name, device.device_kind, dtype)
+            rec["label"] = case.label
+            rec.update(case.fields)
+            rec.update(case.extra)
+            ms = _timed(fn, arrays, repeats, report)
+
+            def per_s(amount: float, t: float | None) -> float | None:
+                return amount / (t * 1e-3) / (1e12 if bench.metric == "tflops" else 1e9) if t else None
+
+            if bench.metric == "tflops":
+                rec["flops_fwd"] = case.cost
+                rec["fwd_ms"], rec["fwd_tflops"] = ms, per_s(case.cost, ms)
+                rec["fwdbwd_ms"] = rec["fwdbwd_tflops"] = None
+            else:
+                rec["bytes"] = case.cost
+                rec["ms"], rec["gbps"] = ms, per_s(case.cost, ms)
+                peak = case.extra.get("peak_gbps")
+                rec["fraction_of_peak"] = rec["gbps"] / peak if (rec["gbps"] and peak) else None
+            if trainable and bench.metric == "tflops":
+                float_args = tuple(i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating))
+                cot = jnp.asarray(np.random.default_rng(1).standard_normal(out.shape), out.dtype)
+                # The cotangent is an argument, not a closed-over constant: XLA would otherwise
+                # constant-fold its layout changes at compile time (seconds per large shape).
+                gfn = jax.grad(lambda *a, fn=fn: jnp.sum(fn(*a[:-1]) * a[-1]), argnums=float_args)
+                ms_bwd = _timed(gfn, (*arrays, cot), repeats, report)
+                rec["fwdbwd_ms"] = ms_bwd
+                rec["fwdbwd_tflops"] = per_s((bench.backward_factor + 1) * case.cost, ms_bwd)
+            if case.check is not None:
+                rec["check"], rec["max_err"] = case.check(out if to_op is None else to_op(out))
+            records.append(rec)
+    ratio_peer = bench.ratio_peer(device_for_arrays([]).platform)
+    if ratio_peer is not None:
+        keys = ("fwd_tflops", "fwdbwd_tflops") if bench.metric == "tflops" else ("gbps",)
+        add_ratios(records, keys, ratio_peer)
+    return records
+
+
+_NOT_SHAPE = {"impl", "check", "max_err", "time", "ms", "gbps", "fraction_of_peak"}
+
+
+def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    skip = _NOT_SHAPE | {"fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops"}
+    return tuple((k, json.dumps(v)) for k, v in sorted(r.items()) if k not in skip and not k.startswith("ratio"))
+
+
+def add_ratios(records: list[dict[str, Any]], keys: Sequence[str], peer_name: str) -> None:
+    """Each record's ``ratio_<key>`` against the peer's record of the same case."""
+    by_shape = {_shape_key(r): r for r in records if r["impl"] == peer_name}
+    for r in records:
+        p = by_shape.get(_shape_key(r))
+        r["peer"] = peer_name if p else None
+        for key in keys:
+            mine, theirs = r.get(key), (p or {}).get(key)
+            r[f"ratio_{key}"] = (mine / theirs) if (mine and theirs) else None
+
+
+def write_json(records: list[dict[str, Any]], path: Path, command: str) -> None:
+    for r in records:
+        r.setdefault("command", command)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(records, indent=1, default=_json_default) + "\n")
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def stderr_progress(msg: str) -> None:
+    """One line per step on stderr (used when stderr is not a terminal)."""
+    print(f"ejkernel bench: {msg}", file=sys.stderr, flush=True)

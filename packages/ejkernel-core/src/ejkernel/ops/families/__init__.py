@@ -1,0 +1,1 @@
+"""Contracts shared by several ops of one family (arguments, signature, implementation base)."""

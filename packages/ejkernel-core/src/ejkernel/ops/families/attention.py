@@ -1,0 +1,419 @@
+"""Dense attention (BSHD): the contract shared by ``flash_attention``, ``scaled_dot_product_attention``
+and ``ring_attention``: their arguments record, signature, binding, features and implementation base.
+
+Canonical forms (what implementations see in :class:`AttentionArgs`):
+
+- ``bias``: 4-D ``[batch or 1, num_heads or 1, seq_q or 1, seq_k or 1]`` (NumPy broadcasting from
+  the right, each dim 1 or full). It is added after the soft cap: ``s = cap·tanh(qk·scale/cap) + bias``.
+- ``sliding_window``: ``(left, right)``; query ``i`` sees keys ``j`` with
+  ``i + off - left <= j <= i + off + right`` where ``off = seq_k - seq_q`` (bottom-right alignment,
+  per sequence for varlen). ``causal`` means ``j <= i + off``.
+- ``softmax_aux`` (attention sinks): ``[num_heads, num_sinks]`` logits that join each row's softmax
+  denominator and contribute no value.
+- MaskInfo is unpacked into ``q_segment_ids``/``kv_segment_ids`` (``-1`` = padding) and/or a
+  pairwise ``attention_mask`` ``[batch or 1, num_heads or 1, seq_q, seq_k]``; its patterns are
+  merged into ``causal``/``sliding_window``.
+- GQA/MQA: query head ``j`` uses key/value head ``j // (num_heads // num_kv_heads)``.
+- ``position_offset`` (set only by ring attention, per ring step; never by binding): an int32
+  scalar, possibly traced, replacing ``off = seq_k - seq_q`` above: query ``i`` sits at key
+  position ``i + position_offset`` for ``causal`` and ``sliding_window``. ``None`` keeps the
+  bottom-right alignment. Implementations that cannot honour it declare the feature unsupported.
+- Dropout drops attention probabilities (after the softmax, sinks included in its denominator)
+  with the keep mask of :func:`~ejkernel.ops.families.attention_math.dropout_keep_mask`.
+
+Kernels reproduce these semantics with :mod:`ejkernel.ops.families.attention_math`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ...types.mask_info import MaskInfo
+from ..args import (
+    Args,
+    ShardPlan,
+    array,
+    as_array,
+    concrete,
+    flag,
+    positive_float,
+    shape_str,
+    static,
+    static_float,
+    window,
+)
+from ..config import BwdParams, FwdParams, OpConfig
+from ..impl import KernelImpl
+from ..op import Op
+from .attention_math import GOLDEN
+
+__all__ = [
+    "FEATURES",
+    "AttentionArgs",
+    "AttentionConfig",
+    "AttentionImpl",
+    "AttentionOp",
+    "bind_attention",
+    "bind_bias",
+    "dense_attention_signature",
+]
+
+_NOT_SHARDED = {
+    "seq_q": "every query needs every key; use ring_attention for sequence parallelism",
+    "seq_k": "every query needs every key; use ring_attention for sequence parallelism",
+    "head_dim": "a head is computed whole",
+    "value_head_dim": "a head is computed whole",
+}
+
+
+class AttentionArgs(
+    Args,
+    shardable=("batch", "num_heads", "num_kv_heads"),
+    shard_reasons=_NOT_SHARDED,
+    tied=[("num_heads", "num_kv_heads")],
+    divides=[("num_kv_heads", "num_heads")],
+):
+    """Canonical arguments of a dense attention call (see the module docstring)."""
+
+    query: Any = array("batch", "seq_q", "num_heads", "head_dim", differentiable=True)
+    key: Any = array("batch", "seq_k", "num_kv_heads", "head_dim", same_dtype_as="query", differentiable=True)
+    value: Any = array("batch", "seq_k", "num_kv_heads", "value_head_dim", same_dtype_as="query", differentiable=True)
+    bias: Any = array(
+        "batch", "num_heads", "seq_q", "seq_k", optional=True, broadcast=True, ranks=(2, 3, 4), differentiable=True
+    )
+    q_segment_ids: Any = array("batch", "seq_q", kind="int", optional=True, label="mask_info q_segment_ids")
+    kv_segment_ids: Any = array("batch", "seq_k", kind="int", optional=True, label="mask_info kv_segment_ids")
+    attention_mask: Any = array(
+        "batch", "num_heads", "seq_q", "seq_k", kind="bool", optional=True, broadcast=True,
+        label="mask_info attention_mask",
+    )  # fmt: skip
+    cum_seqlens_q: Any = array("num_seqs_plus_1", kind="int", optional=True)
+    cum_seqlens_k: Any = array("num_seqs_plus_1", kind="int", optional=True)
+    softmax_aux: Any = array("num_heads", "num_sinks", optional=True, ranks=(1, 2), differentiable=True)
+    dropout_seed: Any = array(kind="int", optional=True)
+    position_offset: Any = array(kind="int", optional=True)
+    causal: bool = static(False, parse=flag)
+    softmax_scale: float = static(1.0, key="ignore")
+    sliding_window: tuple[int, int] | None = static(None, parse=window)
+    logits_soft_cap: float | None = static(None, key="presence", parse=positive_float)
+    dropout_prob: float = static(0.0, key="presence")
+
+    @property
+    def num_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def dtype(self) -> Any:
+        return self.query.dtype
+
+    @property
+    def is_varlen(self) -> bool:
+        return self.cum_seqlens_q is not None
+
+    @property
+    def has_segments(self) -> bool:
+        return self.q_segment_ids is not None
+
+
+FEATURES: dict[str, tuple[str, Any]] = {
+    "causal": ("causal mask, aligned bottom-right", lambda a: a.causal),
+    "sliding_window": ("sliding window (left, right)", lambda a: a.sliding_window is not None),
+    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
+    "bias": ("additive bias (broadcast), differentiable", lambda a: a.bias is not None),
+    "segment_ids": ("MaskInfo segment ids (packed sequences, -1 = padding)", lambda a: a.q_segment_ids is not None),
+    "attention_mask": ("pairwise boolean mask", lambda a: a.attention_mask is not None),
+    "varlen": ("cum_seqlens_q/k: sequences packed along one row", lambda a: a.cum_seqlens_q is not None),
+    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
+    "dropout": ("attention dropout", lambda a: a.dropout_prob > 0),
+    "position_offset": ("explicit query position (ring attention's blocks)", lambda a: a.position_offset is not None),
+    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
+    "cross": ("seq_q != seq_k", lambda a: a.seq_q != a.seq_k),
+    "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig(OpConfig):
+    """Config of a dense attention op: forward and backward tiling of its kernels.
+
+    Attributes:
+        fwd_params: forward tiling (``q_blocksize``/``kv_blocksize``; warps and stages on GPU).
+        bwd_params: backward tiling.
+        platform: ``"auto"`` or an implementation (``"xla"``, ``"triton"``, ...).
+        backend: ``"any"`` or ``"gpu"``/``"tpu"``/``"cpu"``.
+
+    ``None`` fields are chosen by the implementation's heuristic (or by autotuning).
+    """
+
+    fwd_params: FwdParams | None = None
+    bwd_params: BwdParams | None = None
+
+
+def bind_bias(op: str, bias: Any, b: int, h: int, sq: int, sk: int) -> Any:
+    """A 2-, 3- or 4-D bias as the canonical 4-D broadcast form (checked against the record)."""
+    if bias is None:
+        return None
+    bias = as_array(op, "bias", bias, ndim=(2, 3, 4), layout="broadcastable to [batch, num_heads, seq_q, seq_k]")
+    full = (b, h, sq, sk)
+    shape4 = (1,) * (4 - bias.ndim) + tuple(int(d) for d in bias.shape)
+    if any(d not in (1, f) for d, f in zip(shape4, full, strict=True)):
+        raise ValueError(
+            f"{op}: bias {shape_str(bias)} does not broadcast to [batch, num_heads, seq_q, seq_k] = {full} "
+            "(each dim must be 1 or full)"
+        )
+    return bias.reshape(shape4)
+
+
+def _merge_mask_info(op: str, mi: Any, b: int, h: int, sq: int, sk: int) -> tuple[Any, Any, Any]:
+    if not isinstance(mi, MaskInfo):
+        raise TypeError(f"{op}: mask_info must be an ejkernel.types.MaskInfo, got {type(mi).__name__}")
+    q_seg = kv_seg = mask = None
+    if mi.q_segment_ids is not None:
+        q_seg, kv_seg = mi.q_segment_ids, mi.kv_segment_ids
+        if tuple(q_seg.shape) != (b, sq):
+            raise ValueError(f"{op}: mask_info q_segment_ids {shape_str(q_seg)} must be [batch, seq_q] = {(b, sq)}")
+        if tuple(kv_seg.shape) != (b, sk):
+            raise ValueError(f"{op}: mask_info kv_segment_ids {shape_str(kv_seg)} must be [batch, seq_k] = {(b, sk)}")
+    if mi.attention_mask is not None:
+        mask = mi.attention_mask
+        mb, mh, msq, msk = (int(d) for d in mask.shape)
+        if (msq, msk) != (sq, sk) or mb not in (1, b) or mh not in (1, h):
+            raise ValueError(
+                f"{op}: mask_info attention_mask {shape_str(mask)} must be [batch or 1, num_heads or 1, seq_q, seq_k] "
+                f"with batch={b}, num_heads={h}, seq_q={sq}, seq_k={sk}"
+            )
+    return q_seg, kv_seg, mask
+
+
+def _bind_cu_seqlens(op: str, cu_q: Any, cu_k: Any, b: int, sq: int, sk: int) -> tuple[Any, Any]:
+    if cu_q is None:
+        if cu_k is not None:
+            raise ValueError(f"{op}: cum_seqlens_k needs cum_seqlens_q")
+        return None, None
+    if cu_k is None:
+        if sq != sk:
+            raise ValueError(
+                f"{op}: cum_seqlens_k is required when seq_q ({sq}) != seq_k ({sk}); it defaults to cum_seqlens_q only "
+                "for self-attention"
+            )
+        cu_k = cu_q
+    if b != 1:
+        raise ValueError(
+            f"{op}: with cum_seqlens_q the sequences are packed along seq in one row: query batch must be 1, got {b}"
+        )
+    if cu_q.shape != cu_k.shape or cu_q.shape[0] < 2:
+        raise ValueError(
+            f"{op}: cum_seqlens_q {shape_str(cu_q)} and cum_seqlens_k {shape_str(cu_k)} must both be "
+            "[num_seqs + 1] with num_seqs >= 1"
+        )
+    for name, cu, total in (("cum_seqlens_q", cu_q, sq), ("cum_seqlens_k", cu_k, sk)):
+        c = concrete(cu)
+        if c is None:
+            continue
+        if c[0] != 0 or (np.diff(c) < 0).any() or c[-1] > total:
+            raise ValueError(
+                f"{op}: {name} must start at 0, never decrease and end at most at the packed length {total}; "
+                f"got {c.tolist()}"
+            )
+    return cu_q, cu_k
+
+
+def _dropout_seed(op: str, prob: float, seed: Any) -> Any:
+    if prob == 0:
+        return None
+    if seed is None:
+        raise ValueError(f"{op}: dropout_prob > 0 needs dropout_seed (an int or a scalar integer array)")
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return jnp.asarray(int(seed) & 0xFFFFFFFF, jnp.uint32)
+    seed = as_array(op, "dropout_seed", seed, ndim=0, layout="(a scalar)")
+    if not jnp.issubdtype(seed.dtype, jnp.integer):
+        raise TypeError(f"{op}: dropout_seed must have an integer dtype, got {seed.dtype}")
+    return seed.astype(jnp.uint32)
+
+
+def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None) -> AttentionArgs:
+    """Canonicalize dense-attention parameters (names as in ``flash_attention``), whose arrays
+    :meth:`Args.precheck` has already made arrays of the right rank and kind.
+
+    ``keys_total``: the number of keys a bias or pairwise mask spans (ring attention: every key
+    of the ring); default ``seq_k``.
+    """
+    q, k = p["query"], p["key"]
+    b, sq, h, d = (int(x) for x in q.shape)
+    sk = int(k.shape[1])
+    sk_mask = sk if keys_total is None else keys_total
+
+    causal = flag(op, "causal", p.get("causal", False))
+    sliding = window(op, "sliding_window", p.get("sliding_window"))
+    scale = static_float(op, "softmax_scale", p.get("softmax_scale"))
+    if scale is None:
+        scale = 1.0 / math.sqrt(d) if d else 1.0
+    dropout_prob = static_float(op, "dropout_prob", p.get("dropout_prob", 0.0), positive=False, allow_none=False)
+    assert dropout_prob is not None
+    if not 0.0 <= dropout_prob < 1.0:
+        raise ValueError(f"{op}: dropout_prob must be in [0, 1), got {dropout_prob}")
+    seed = _dropout_seed(op, dropout_prob, p.get("dropout_seed"))
+
+    bias = bind_bias(op, p.get("bias"), b, h, sq, sk_mask)
+    q_seg = kv_seg = mask = None
+    mi = p.get("mask_info")
+    if mi is not None:
+        q_seg, kv_seg, mask = _merge_mask_info(op, mi, b, h, sq, sk_mask)
+        causal = causal or mi.causal
+        if mi.sliding_window is not None:
+            if sliding is not None and sliding != mi.sliding_window:
+                raise ValueError(
+                    f"{op}: sliding_window={sliding} contradicts mask_info's sliding window {mi.sliding_window}"
+                )
+            sliding = mi.sliding_window
+    cu_q, cu_k = _bind_cu_seqlens(op, p.get("cum_seqlens_q"), p.get("cum_seqlens_k"), b, sq, sk)
+    if cu_q is not None and (q_seg is not None or mask is not None):
+        raise ValueError(f"{op}: pass either cum_seqlens_q/k or a mask_info with segments or a mask, not both")
+    aux = p.get("softmax_aux")
+    if aux is not None and aux.ndim == 1:  # [num_heads] → [num_heads, 1]; the record checks num_heads
+        aux = aux[:, None]
+    return AttentionArgs.build(
+        op,
+        p,
+        bias=bias,
+        q_segment_ids=q_seg,
+        kv_segment_ids=kv_seg,
+        attention_mask=None if mask is None else mask.astype(bool),
+        cum_seqlens_q=cu_q,
+        cum_seqlens_k=cu_k,
+        softmax_aux=aux,
+        dropout_seed=seed,
+        causal=causal,
+        softmax_scale=scale,
+        sliding_window=sliding,
+        dropout_prob=dropout_prob,
+    )
+
+
+def dense_attention_signature(
+    query: Float[Array, "batch seq_q num_heads head_dim"],
+    key: Float[Array, "batch seq_k num_kv_heads head_dim"],
+    value: Float[Array, "batch seq_k num_kv_heads value_head_dim"],
+    bias: Float[Array, "..."] | None = None,
+    *,
+    mask_info: MaskInfo | None = None,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
+    dropout_prob: float = 0.0,
+    dropout_seed: int | Int[Array, ""] | None = None,
+    cum_seqlens_q: Int[Array, "num_seqs_plus_1"] | None = None,
+    cum_seqlens_k: Int[Array, "num_seqs_plus_1"] | None = None,
+    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+) -> Float[Array, "batch seq_q num_heads value_head_dim"]:
+    """The parameters shared by the dense attention ops (declared once; see ``flash_attention``)."""
+    raise NotImplementedError
+
+
+class AttentionOp(Op):
+    """Shared behaviour of the dense (BSHD) attention ops."""
+
+    trainable = True
+    args_cls = AttentionArgs
+    output_axes = ("batch", "seq_q", "num_heads", "value_head_dim")
+    features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
+
+    def canonicalize(self, params: dict[str, Any]) -> AttentionArgs:
+        return bind_attention(self.name, params)
+
+    def autotune_inputs(self, a: AttentionArgs, seed: int = 0) -> AttentionArgs:
+        rng = np.random.default_rng(seed)
+        out = a.random_like(seed)
+
+        def keep_or(x: Any, make: Any) -> Any:
+            if x is None:
+                return None
+            c = concrete(x)
+            return jnp.asarray(c) if c is not None else make()
+
+        def segments(n: int) -> Any:
+            return jnp.asarray(np.tile((np.arange(n) * 3 // n)[None], (a.batch, 1)), jnp.int32)
+
+        def cu(total: int) -> Any:
+            return jnp.asarray(np.linspace(0, total, a.cum_seqlens_q.shape[0]).astype(np.int32))
+
+        return dataclasses.replace(
+            out,
+            q_segment_ids=keep_or(a.q_segment_ids, lambda: segments(a.seq_q)),
+            kv_segment_ids=keep_or(a.kv_segment_ids, lambda: segments(a.seq_k)),
+            attention_mask=keep_or(a.attention_mask, lambda: jnp.asarray(rng.random(a.attention_mask.shape) < 0.9)),
+            cum_seqlens_q=keep_or(a.cum_seqlens_q, lambda: cu(a.seq_q)),
+            cum_seqlens_k=keep_or(a.cum_seqlens_k, lambda: cu(a.seq_k)),
+            dropout_seed=None if a.dropout_seed is None else jnp.asarray(1234, jnp.uint32),
+            position_offset=keep_or(a.position_offset, lambda: jnp.asarray(0, jnp.int32)),
+        )
+
+    def localize(self, a: AttentionArgs, plan: ShardPlan, mesh: Any) -> AttentionArgs:
+        if a.dropout_seed is None:
+            return a
+        # Each shard holds other (batch, head) pairs: give each its own dropout stream.
+        axes: list[str] = []
+        for entry in (plan.axes.get("batch"), plan.axes.get("num_heads")):
+            if entry is not None:
+                axes.extend(entry if isinstance(entry, tuple) else (entry,))
+        if not axes:
+            return a
+        idx = jax.lax.axis_index(tuple(axes)).astype(jnp.uint32)
+        seed = a.dropout_seed + (idx + jnp.uint32(1)) * jnp.uint32(GOLDEN)
+        return dataclasses.replace(a, dropout_seed=seed)
+
+
+class AttentionImpl(KernelImpl):
+    """Base of dense attention implementations.
+
+    **The log-sum-exp protocol** (optional): an implementation that sets ``supports_lse = True``
+    and implements :meth:`forward_lse` and :meth:`backward_lse` can serve as the per-block kernel
+    of ``ring_attention``, which combines the blocks' partial results itself.
+    """
+
+    supports_lse: bool = False
+
+    def forward_lse(self, args: AttentionArgs, cfg: OpConfig) -> tuple[Any, Any]:
+        """The forward of one attention call, with its log-sum-exp (when ``supports_lse``).
+
+        Args:
+            args: an ``AttentionArgs`` this implementation accepted. Callers of the protocol pass
+                no ``softmax_aux``, no dropout and no ``cum_seqlens``; ``position_offset`` may be
+                set (a traced int32 scalar): an implementation that cannot honour it declares the
+                ``position_offset`` feature unsupported.
+            cfg: a complete config of the op (e.g. ``FlashAttentionConfig``), as for :meth:`run`.
+
+        Returns:
+            ``(out, lse)``: ``out [batch, seq_q, num_heads, value_head_dim]`` in float32 or the
+            query's dtype, normalized within this call; ``lse`` float32
+            ``[batch, num_heads, seq_q]``, the natural log of each row's softmax denominator
+            ``log Σ_j exp(s_ij)`` over the logits ``s`` exactly as the op computes them (scaled,
+            soft-capped, biased); ``-inf`` (and ``out = 0``) for a row that sees no key. It is
+            not differentiated: the caller differentiates through :meth:`backward_lse`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")
+
+    def backward_lse(self, args: AttentionArgs, cfg: OpConfig, out: Any, lse: Any, dout: Any) -> tuple[Any, ...]:
+        """Gradients of one attention call given the *global* output and log-sum-exp (FA2 style).
+
+        The call is one block of a larger softmax (e.g. one ring step): ``out`` ``[batch, seq_q,
+        num_heads, value_head_dim]`` and ``lse`` (float32 ``[batch, num_heads, seq_q]``, ``-inf``
+        for rows that see no key anywhere) are those of the whole softmax the block is part of,
+        and ``dout`` is the cotangent of that global ``out``. With ``P = exp(s - lse)`` and
+        ``D = rowsum(dout ∘ out)``: ``dv = Pᵀ dout``, ``dS = P ∘ (dout vᵀ - D)``, ``dq = dS k ·
+        scale``, ``dk = dSᵀ q · scale`` (through the soft cap's derivative where set).
+
+        Returns:
+            ``(dq, dk, dv, dbias)``: this block's contributions, shaped like ``query``, ``key``,
+            ``value`` and ``bias`` (its broadcast shape, summed over broadcast dims), in float32
+            or the inputs' dtype; ``dbias`` is ``None`` when ``args.bias`` is ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not provide the log-sum-exp protocol")

@@ -1,0 +1,22 @@
+"""The ``flash_attention`` op: exact attention in memory linear in the sequence length."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..families.attention import AttentionConfig, AttentionOp
+
+__all__ = ["FlashAttention", "FlashAttentionConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlashAttentionConfig(AttentionConfig):
+    __doc__ = "Config of ``flash_attention``. " + (AttentionConfig.__doc__ or "")
+
+
+class FlashAttention(AttentionOp):
+    """The ``flash_attention`` op, for use with an :class:`~ejkernel.ops.Executor`."""
+
+    name = "flash_attention"
+    version = "1"
+    config_cls = FlashAttentionConfig

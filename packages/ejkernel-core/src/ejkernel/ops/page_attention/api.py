@@ -1,0 +1,59 @@
+"""The public function ``page_attention``."""
+
+from __future__ import annotations
+
+from jaxtyping import Array, Float, Int
+
+from ..executor import define
+from .op import PageAttention
+
+__all__ = ["page_attention"]
+
+
+@define(PageAttention)
+def page_attention(
+    query: Float[Array, "batch num_heads head_dim"] | Float[Array, "batch 1 num_heads head_dim"],
+    key_cache: Float[Array, "num_blocks block_size num_kv_heads head_dim"],
+    value_cache: Float[Array, "num_blocks block_size num_kv_heads value_head_dim"],
+    context_lens: Int[Array, "batch"],
+    block_tables: Int[Array, "batch max_blocks"],
+    *,
+    softmax_scale: float | None = None,
+    logits_soft_cap: float | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+) -> Float[Array, "batch num_heads value_head_dim"] | Float[Array, "batch 1 num_heads value_head_dim"]:
+    """Attention of one new token per sequence over a paged KV cache (decode).
+
+    Sequence ``b`` has ``context_lens[b]`` cached tokens; token ``t`` lives in page
+    ``block_tables[b, t // block_size]`` at slot ``t % block_size``. The query sits at the last
+    position, ``context_lens[b] - 1``, so it attends every cached token (no causal mask needed).
+    Pages past the context may hold anything (even NaN): they are never read into the result.
+
+    Args:
+        query: ``[batch, num_heads, head_dim]`` or ``[batch, 1, num_heads, head_dim]``.
+        key_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        value_cache: ``[num_blocks, block_size, num_kv_heads, value_head_dim]``.
+        context_lens: ``[batch]`` int, each in ``[0, max_blocks * block_size]`` (0 → zeros out).
+        block_tables: ``[batch, max_blocks]`` int page indices.
+        softmax_scale: default ``1/sqrt(head_dim)``.
+        logits_soft_cap: ``cap · tanh(logits / cap)``.
+        sliding_window: ``w`` or ``(left, right)``: attend only the last ``left + 1`` tokens
+            (``right`` has no effect: no cached token follows the query).
+        softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``.
+        platform, cfg: implementation and :class:`PageAttentionConfig`.
+        mesh, in_specs, out_specs: run under ``shard_map``; heads (query heads and the caches'
+            kv heads together) and batch (query, context_lens, block_tables) may be sharded.
+
+    Returns:
+        The query's shape with ``value_head_dim`` last, in the query's dtype.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ejkernel
+        >>> kc = vc = jax.random.normal(jax.random.key(0), (64, 16, 2, 64))   # 64 pages of 16 tokens
+        >>> q = jax.random.normal(jax.random.key(1), (4, 8, 64))
+        >>> tables = jnp.arange(64, dtype=jnp.int32).reshape(4, 16)
+        >>> ejkernel.page_attention(q, kc, vc, jnp.array([1, 17, 200, 256]), tables).shape
+        (4, 8, 64)
+    """
+    raise NotImplementedError  # define() supplies the body

@@ -1,0 +1,160 @@
+"""The ``page_attention`` op: one decode step over a paged KV cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..args import Args, ShardPlan, array, concrete, positive_float, shape_str, static, static_float, window
+from ..config import OpConfig, tile
+from ..op import Op
+
+__all__ = ["PageAttention", "PageAttentionArgs", "PageAttentionConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PageAttentionConfig(OpConfig):
+    """Config of ``page_attention``.
+
+    Attributes:
+        tokens_per_block: cached tokens one step of the kernel attends (XLA: tokens gathered per
+            loop step; Pallas: pages DMA'd per grid step × block size; CUDA: the split-K
+            partition). XLA and Pallas need a multiple of the cache's block size.
+        num_splits: split-K: the context is cut into this many parts reduced in a second pass
+            (CUDA: sets the partition length; ``1`` disables).
+        num_warps: warps per program (GPU kernels).
+        num_stages: software-pipelining depth (GPU kernels: the CUDA K/V ring's slots).
+    """
+
+    tokens_per_block: int | None = tile()
+    num_splits: int | None = tile()
+    num_warps: int | None = tile(power_of_two=True, maximum=32)
+    num_stages: int | None = tile()
+
+
+class PageAttentionArgs(
+    Args,
+    shardable=("batch", "num_heads", "num_kv_heads"),
+    shard_reasons={
+        "num_blocks": "the page pool is shared by every sequence",
+        "block_size": "a page is read whole",
+        "max_blocks": "a sequence's page table is read whole",
+    },
+    tied=[("num_heads", "num_kv_heads")],
+    divides=[("num_kv_heads", "num_heads")],
+):
+    """Canonical arguments of a paged decode call.
+
+    ``query`` is ``[batch, num_heads, head_dim]`` (a ``[batch, 1, heads, dim]`` input is squeezed
+    and ``query_had_seq_axis`` restores it on the output). The query sits at position
+    ``context_lens[b] - 1``: it attends cached tokens ``0 .. context_lens[b] - 1``, or with a
+    window ``(left, right)`` only those ``>= context_lens[b] - 1 - left``.
+    """
+
+    query: Any = array("batch", "num_heads", "head_dim", ranks=(3, 4))
+    key_cache: Any = array("num_blocks", "block_size", "num_kv_heads", "head_dim", same_dtype_as="query")
+    value_cache: Any = array("num_blocks", "block_size", "num_kv_heads", "value_head_dim", same_dtype_as="query")
+    context_lens: Any = array("batch", kind="int")
+    block_tables: Any = array("batch", "max_blocks", kind="int")
+    softmax_aux: Any = array("num_heads", "num_sinks", optional=True, ranks=(1, 2))
+    softmax_scale: float = static(1.0, key="ignore")
+    logits_soft_cap: float | None = static(None, key="presence", parse=positive_float)
+    sliding_window: tuple[int, int] | None = static(None, parse=window)
+    query_had_seq_axis: bool = static(False)
+
+    @property
+    def num_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def dtype(self) -> Any:
+        return self.query.dtype
+
+
+FEATURES: dict[str, tuple[str, Any]] = {
+    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
+    "sliding_window": ("attend only the last left + 1 tokens", lambda a: a.sliding_window is not None),
+    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
+    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
+    "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
+}
+
+
+class PageAttention(Op):
+    """The ``page_attention`` op, for use with an :class:`~ejkernel.ops.Executor`."""
+
+    name = "page_attention"
+    version = "2"
+    config_cls = PageAttentionConfig
+    args_cls = PageAttentionArgs
+    features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
+
+    def canonicalize(self, p: dict[str, Any]) -> PageAttentionArgs:
+        op = self.name
+        q, kc = p["query"], p["key_cache"]
+        had_seq = q.ndim == 4
+        if had_seq:
+            if q.shape[1] != 1:
+                raise ValueError(
+                    f"{op}: decodes one token per sequence: a 4-D query must be [batch, 1, num_heads, head_dim], "
+                    f"got {shape_str(q)}"
+                )
+            q = q[:, 0]
+        lens, tables = p["context_lens"], p["block_tables"]
+        nb, bs, max_blocks = int(kc.shape[0]), int(kc.shape[1]), int(tables.shape[1])
+        cl, bt = concrete(lens), concrete(tables)
+        if cl is not None:
+            if (cl < 0).any() or (cl > max_blocks * bs).any():
+                raise ValueError(
+                    f"{op}: context_lens must be in [0, max_blocks * block_size = {max_blocks * bs}], got {cl.tolist()}"
+                )
+            if bt is not None:
+                used = np.arange(max_blocks)[None, :] < -(-cl[:, None] // bs)
+                bad = used & ((bt < 0) | (bt >= nb))
+                if bad.any():
+                    r, c = map(int, np.argwhere(bad)[0])
+                    raise ValueError(
+                        f"{op}: block_tables[{r}, {c}] = {int(bt[r, c])} is outside the cache's {nb} blocks"
+                    )
+        scale = static_float(op, "softmax_scale", p.get("softmax_scale"))
+        if scale is None:
+            scale = 1.0 / math.sqrt(int(q.shape[2])) if q.shape[2] else 1.0
+        aux = p.get("softmax_aux")
+        if aux is not None and aux.ndim == 1:  # [num_heads] → [num_heads, 1]; the record checks num_heads
+            aux = aux[:, None]
+        return PageAttentionArgs.build(op, p, query=q, softmax_aux=aux, softmax_scale=scale, query_had_seq_axis=had_seq)
+
+    def autotune_inputs(self, a: PageAttentionArgs, seed: int = 0) -> PageAttentionArgs:
+        rng = np.random.default_rng(seed)
+        lens = concrete(a.context_lens)
+        tables = concrete(a.block_tables)
+        if lens is None:  # traced: time the worst case, every sequence at full length
+            lens = np.full((a.batch,), a.max_blocks * a.block_size, np.int32)
+        if tables is None:
+            tables = (rng.permutation(a.batch * a.max_blocks) % a.num_blocks).reshape(a.batch, a.max_blocks)
+        return dataclasses.replace(
+            a.random_like(seed),
+            context_lens=jnp.asarray(lens, jnp.int32),
+            block_tables=jnp.asarray(tables, jnp.int32),
+        )
+
+    def _query_axes(self, a: PageAttentionArgs) -> tuple[str | None, ...]:
+        return ("batch", None, "num_heads", "head_dim") if a.query_had_seq_axis else ("batch", "num_heads", "head_dim")
+
+    def shard_plan(self, a: PageAttentionArgs, in_specs: Any, mesh: Any) -> ShardPlan:
+        # The specs of query and caches are needed; context_lens and block_tables follow the batch.
+        return a.shard_plan(
+            self.name, in_specs, mesh, self.positional_arrays(), {"query": self._query_axes(a)}, required=3
+        )
+
+    def default_out_spec(self, a: PageAttentionArgs, plan: ShardPlan) -> Any:
+        axes = (
+            ("batch", None, "num_heads", "value_head_dim")
+            if a.query_had_seq_axis
+            else ("batch", "num_heads", "value_head_dim")
+        )
+        return plan.spec_of(axes)

@@ -1,0 +1,147 @@
+"""Timing device work: the one clock of ``ejkernel bench`` and the autotuner.
+
+:func:`device_ms` measures device milliseconds per call. A timed program runs the function ``n``
+times inside one ``lax.fori_loop`` (the first input nudged by the step, the outputs summed, so no
+call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
+measured at ~0.6 ms on a virtualized GPU host and would swamp sub-millisecond kernels. A program
+still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
+there), so the time per call is the slope between two loop lengths,
+``(T(n) - T(LOOP)) / (n - LOOP)``, with ``n`` chosen so that the longer program runs about
+``SLOPE_PROGRAM_MS``: the fixed cost cancels, what remains is the calls and the loop's own glue.
+
+:func:`time_callable` is the plain wall-clock median of a synchronized callable (used for whole
+programs, such as the two loops above).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .device import device_for_arrays
+
+__all__ = [
+    "LOOP",
+    "MAX_LOOP",
+    "SLOPE_PROGRAM_MS",
+    "TIMER",
+    "device_ms",
+    "looped",
+    "measure_copy_gbps",
+    "time_callable",
+]
+
+LOOP = 10
+SLOPE_PROGRAM_MS = 40.0
+MAX_LOOP = 400
+TIMER = f"device: slope between fori_loop programs of {LOOP} and n calls (n <= {MAX_LOOP}, ~{SLOPE_PROGRAM_MS:g} ms)"
+
+# A repeat of time_callable is at least this long: very fast programs run several times per
+# repeat, so the host's synchronization cost does not dominate.
+_MIN_REPEAT_S = 2e-3
+_MAX_INNER = 64
+
+
+def time_callable(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> float:
+    """Median milliseconds of ``fn()`` (synchronized with ``block_until_ready``)."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    one = time.perf_counter() - t0
+    inner = max(1, min(_MAX_INNER, int(_MIN_REPEAT_S / max(one, 1e-9))))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            out = fn()
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples) * 1e3
+
+
+def _nudge(x: Any, i: Any) -> Any:
+    """``x`` changed by the loop step (float leaves only), so each call computes anew."""
+
+    def one(leaf: Any) -> Any:
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf + (i.astype(jnp.float32) * 1e-6).astype(leaf.dtype)
+        return leaf
+
+    return jax.tree.map(one, x)
+
+
+def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
+    """``jit`` of ``loop`` data-dependent calls of ``fn(x, *rest)`` inside one program (``x`` may
+    be a pytree; its float leaves are nudged by the step)."""
+
+    def run(x: Any, *rest: Any) -> Any:
+        def body(i: Any, acc: Any) -> Any:
+            leaves = jax.tree.leaves(fn(_nudge(x, i), *rest))
+            return acc + sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in leaves)
+
+        return lax.fori_loop(0, loop, body, jnp.zeros((), jnp.float32))
+
+    return jax.jit(run)
+
+
+def device_ms(fn: Callable[..., Any], args: Sequence[Any], repeats: int) -> float:
+    """Device milliseconds per call of ``fn(*args)`` (see the module docstring). Raises what
+    compiling or running ``fn`` raises."""
+    short = looped(fn, LOOP)
+    t_short = time_callable(lambda: short(*args), repeats)
+    n = int(min(MAX_LOOP, max(2 * LOOP, SLOPE_PROGRAM_MS * LOOP / max(t_short, 1e-6))))
+    long = looped(fn, n)
+    t_long = time_callable(lambda: long(*args), repeats)
+    slope = (t_long - t_short) / (n - LOOP)
+    # Noise can only make the slope meaningless when the fixed cost dwarfs n calls; then the
+    # long program's average (an upper bound) is the better figure.
+    return slope if slope > 0.5 * t_long / n else t_long / n
+
+
+def measure_copy_gbps(nbytes: int, repeats: int = 10) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second, in GB/s).
+
+    On an NVIDIA GPU with PyTorch importable, a CUDA memcpy (``Tensor.copy_``) timed with CUDA
+    events: the real copy ceiling. Otherwise XLA rewriting one buffer ``LOOP`` times inside one
+    program (an elementwise kernel: on an H200 ~3.5 TB/s against the memcpy's ~4.25).
+    """
+    n = max(1, nbytes // 4)
+    if device_for_arrays([]).platform == "gpu":
+        try:
+            return _torch_copy_gbps(n, repeats)
+        except Exception:  # no torch, or no CUDA build of it: fall back to XLA
+            pass
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+    run = jax.jit(lambda x: lax.fori_loop(0, LOOP, lambda i, y: y * 1.0001, x))
+    ms = time_callable(lambda: run(x), repeats) / LOOP
+    return 2 * x.nbytes / (ms * 1e-3) / 1e9
+
+
+def _torch_copy_gbps(n: int, repeats: int) -> float:
+    import torch
+
+    a = torch.randn(n, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(LOOP):
+            b.copy_(a)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / LOOP)
+    ms = sorted(times)[len(times) // 2]
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
