@@ -3,7 +3,8 @@
 # best available backend (the CPU here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=$(command -v python3.12 || command -v python3.11 || command -v python3)
+. scripts/_python.sh
+python=$(pick_python 3.12 3.11)
 "$python" -m venv .venv
 .venv/bin/python -m pip install -q -U pip
 .venv/bin/python -m pip install -q -e "packages/ejkernel-core[xla]" -e packages/ejkernel-xla

@@ -5,17 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# pyenv hides every interpreter but the active one: expose a 3.12 and a 3.11 if it has them.
-if command -v pyenv >/dev/null 2>&1; then
-  versions=""
-  for minor in 3.12 3.11; do
-    v=$(pyenv versions --bare 2>/dev/null | grep -E "^${minor}\.[0-9]+$" | sort -V | tail -n 1 || true)
-    [ -n "$v" ] && versions="${versions:+$versions:}$v"
-  done
-  [ -n "$versions" ] && export PYENV_VERSION="$versions"
-fi
-
-python=$(command -v python3.12 || command -v python3)
+. scripts/_python.sh
+python=$(pick_python 3.12 3.11)
 "$python" -m venv .venv-nox
 .venv-nox/bin/python -m pip install -q -U pip "nox>=2024.10"
 if [ "$#" -gt 0 ]; then

@@ -453,3 +453,34 @@ def test_flash_window_same_as_mask_info_accepted(rng):
     close(a, b, atol=0)
     close(a, c, atol=0)
     close(a, attention_reference(q, k, v, mask_info=mi))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"q_segment_ids": jnp.ones((1, 4)), "kv_segment_ids": jnp.ones((1, 4))}, TypeError, "integer dtype"),
+        ({"q_segment_ids": jnp.ones((4,), jnp.int32), "kv_segment_ids": jnp.ones((4,), jnp.int32)}, ValueError, "2-D"),
+        ({"attention_mask": jnp.ones((1, 1, 4, 4))}, TypeError, "must be a bool array"),
+        ({"attention_mask": jnp.ones((4, 4), bool)}, ValueError, "must be 4-D.*from_attention_mask"),
+    ],
+    ids=["float-segments", "1d-segments", "float-mask", "2d-mask"],
+)
+def test_the_constructor_validates(kwargs, error, match):
+    """MaskInfo(...) called directly checks what the constructors check: no float ids or masks,
+    no mask of a rank the ops cannot read."""
+    with pytest.raises(error, match=match):
+        MaskInfo(**kwargs)
+
+
+def test_from_attention_mask_rejects_a_float_mask():
+    with pytest.raises(TypeError, match="bool or integer"):
+        MaskInfo.from_attention_mask(np.ones((2, 4), np.float32))
+
+
+def test_a_mask_info_still_maps_as_a_pytree():
+    """JAX rebuilds MaskInfo from non-array leaves (specs, axis numbers): not validated then."""
+    mi = MaskInfo.from_segments(np.zeros((2, 4), np.int32))
+    specs = jax.tree.map(lambda _: 0, mi)
+    assert specs.q_segment_ids == 0
+    out = jax.vmap(lambda m: m.q_segment_ids + 1)(mi)
+    assert out.shape == (2, 4)

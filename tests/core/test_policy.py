@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -284,6 +285,25 @@ def test_bad_environment_does_not_break_import():
     assert proc.stdout.strip().splitlines()[-1] == "False"
     assert "EJKERNEL_AUTOTUNE" in proc.stderr
     assert "maybe" in proc.stderr
+
+
+def test_a_bad_variable_is_ignored_alone(tmp_path, caplog):
+    """One invalid variable is reported and ignored; every other variable still applies."""
+    env = {
+        "EJKERNEL_AUTOTUNE": "maybe",
+        "EJKERNEL_CACHE_MISS": "sometimes",
+        "EJKERNEL_CACHE_DIR": str(tmp_path),
+        "EJKERNEL_BACKENDS": "xla",
+        "EJKERNEL_AUTOTUNE_MODE": "fwdbwd",
+    }
+    with caplog.at_level(logging.WARNING, logger="ejkernel"):
+        p = Policy.from_env(env, strict=False)
+    assert (p.cache_dir, p.backends_allow, p.autotune_mode) == (tmp_path, frozenset({"xla"}), "fwdbwd")
+    assert (p.autotune, p.on_cache_miss) == (False, "heuristic")  # the bad ones keep their defaults
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "EJKERNEL_AUTOTUNE='maybe'" in messages and "EJKERNEL_CACHE_MISS='sometimes'" in messages
+    with pytest.raises(ValueError, match="EJKERNEL_AUTOTUNE='maybe'"):
+        Policy.from_env(env)  # strict (the default) raises
 
 
 def test_environment_reaches_the_default_policy_in_a_fresh_process(tmp_path):

@@ -120,31 +120,47 @@ class Policy:
         return self.backends_allow is None or name in self.backends_allow
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
-        """The policy that the environment variables describe (see the module docstring)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, strict: bool = True) -> Policy:
+        """The policy that the environment variables describe (see the module docstring).
+
+        ``strict``: raise ``ValueError`` for a bad value; otherwise each bad variable is
+        reported (a warning naming it) and ignored alone, the others still apply.
+        """
         env = os.environ if env is None else env
+        readers = {
+            "EJKERNEL_AUTOTUNE": lambda raw: {"autotune": _env_bool(env, "EJKERNEL_AUTOTUNE", False)},
+            "EJKERNEL_PERSISTENT_CACHE": lambda raw: {
+                "persistent_cache": _env_bool(env, "EJKERNEL_PERSISTENT_CACHE", True)
+            },
+            "EJKERNEL_AUTOTUNE_MODE": lambda raw: {"autotune_mode": raw.strip().lower()},
+            "EJKERNEL_CACHE_MISS": lambda raw: {"on_cache_miss": raw.strip().lower()},
+            "EJKERNEL_CACHE_DIR": lambda raw: {"cache_dir": Path(raw).expanduser()},
+            "EJKERNEL_BACKENDS": lambda raw: dict(
+                zip(("backends_allow", "backends_deny"), parse_backend_list(raw), strict=True)
+            ),
+        }
         kwargs: dict = {}
-        kwargs["autotune"] = _env_bool(env, "EJKERNEL_AUTOTUNE", False)
-        kwargs["persistent_cache"] = _env_bool(env, "EJKERNEL_PERSISTENT_CACHE", True)
-        if env.get("EJKERNEL_AUTOTUNE_MODE"):
-            kwargs["autotune_mode"] = env["EJKERNEL_AUTOTUNE_MODE"].strip().lower()
-        if env.get("EJKERNEL_CACHE_MISS"):
-            kwargs["on_cache_miss"] = env["EJKERNEL_CACHE_MISS"].strip().lower()
-        if env.get("EJKERNEL_CACHE_DIR"):
-            kwargs["cache_dir"] = Path(env["EJKERNEL_CACHE_DIR"]).expanduser()
-        if env.get("EJKERNEL_BACKENDS"):
-            kwargs["backends_allow"], kwargs["backends_deny"] = parse_backend_list(env["EJKERNEL_BACKENDS"])
+        for name, read in readers.items():
+            raw = env.get(name)
+            if raw is None or not raw.strip():
+                continue
+            try:
+                value = read(raw)
+                cls(**value)  # each variable validated on its own
+            except (ValueError, TypeError) as e:
+                if strict:
+                    raise ValueError(f"{name}={raw!r}: {e}") from None
+                import logging
+
+                logging.getLogger("ejkernel").warning("ignoring %s=%r: %s", name, raw, e)
+                continue
+            kwargs.update(value)
         return cls(**kwargs)
 
 
 def _initial_policy() -> Policy:
-    try:
-        return Policy.from_env()
-    except ValueError as e:  # a bad variable must not make `import ejkernel` fail
-        import logging
-
-        logging.getLogger("ejkernel").warning("ignoring the EJKERNEL_* environment: %s", e)
-        return Policy()
+    # A bad variable must not make `import ejkernel` fail, nor cost the good ones.
+    return Policy.from_env(strict=False)
 
 
 _DEFAULT = _initial_policy()

@@ -52,6 +52,10 @@ def _concrete(x: Any) -> np.ndarray | None:
     return np.asarray(x)
 
 
+def _is_arraylike(x: Any) -> bool:
+    return hasattr(x, "dtype") and hasattr(x, "ndim")
+
+
 def _check_segments(name: str, seg: Any) -> jax.Array:
     if not hasattr(seg, "shape") or not hasattr(seg, "dtype"):
         seg = jnp.asarray(seg)
@@ -106,6 +110,31 @@ class MaskInfo:
     def __post_init__(self):
         if (self.q_segment_ids is None) != (self.kv_segment_ids is None):
             raise ValueError("MaskInfo: q_segment_ids and kv_segment_ids must be given together")
+        # Checked where the values are arrays (JAX also rebuilds a MaskInfo from other leaves,
+        # e.g. PartitionSpecs or axis numbers, when it maps over it as a pytree); ranks only
+        # outside transformations (under vmap a leaf has lost its batch axis).
+        for name in ("q_segment_ids", "kv_segment_ids"):
+            x = getattr(self, name)
+            if _is_arraylike(x):
+                if x.ndim != 2 and not isinstance(x, jax.core.Tracer):
+                    raise ValueError(f"MaskInfo.{name} must be 2-D [batch, seq], got shape {tuple(x.shape)}")
+                if not jnp.issubdtype(x.dtype, jnp.integer):
+                    raise TypeError(
+                        f"MaskInfo.{name} must have an integer dtype (-1 = padding), got {x.dtype}; "
+                        "build it with MaskInfo.from_segments"
+                    )
+        m = self.attention_mask
+        if _is_arraylike(m):
+            if m.ndim != 4 and not isinstance(m, jax.core.Tracer):
+                raise ValueError(
+                    f"MaskInfo.attention_mask must be 4-D [batch, heads or 1, seq_q, seq_k], got shape {tuple(m.shape)}; "
+                    "MaskInfo.from_attention_mask takes 2-D padding masks and 3-D masks"
+                )
+            if m.dtype != jnp.bool_:
+                raise TypeError(
+                    f"MaskInfo.attention_mask must be a bool array (True = may attend), got {m.dtype}; "
+                    "MaskInfo.from_attention_mask converts integer masks"
+                )
         object.__setattr__(self, "sliding_window", canonical_window(self.sliding_window))
         if not isinstance(self.causal, bool):
             raise TypeError(f"MaskInfo.causal must be a bool, got {self.causal!r}")
@@ -134,6 +163,8 @@ class MaskInfo:
         """
         if not hasattr(mask, "ndim"):
             mask = jnp.asarray(mask)
+        if not (jnp.issubdtype(mask.dtype, jnp.integer) or mask.dtype == jnp.bool_):
+            raise TypeError(f"attention mask must be bool or integer (nonzero = attend), got {mask.dtype}")
         if mask.ndim == 2:
             seg = jnp.where(jnp.asarray(mask).astype(bool), 0, -1).astype(jnp.int32)
             return cls(q_segment_ids=seg, kv_segment_ids=seg)
