@@ -17,7 +17,12 @@ export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 stages=" ${STAGES:-build conf gpu lse cuda bench} "
 # The project's addopts are dropped (the image's pytest plugins differ); its default marker filter is kept.
-gpu_pytest() { XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "${MARKS:-not full and not packaging}" -rf "${@:2}"; }
+# A stage that runs out of time must not leave its xdist workers compiling into the next stage.
+gpu_pytest() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    -m "${MARKS:-not full and not packaging}" -rf "${@:2}"
+  local rc=$?; pkill -9 -f "python3 -m pytest" 2>/dev/null; pkill -9 -f execnet 2>/dev/null; return $rc
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 { git log -1 --format="HEAD %h (%s)"; git status --short | head -3 | sed 's/^/uncommitted: /'; } 2>/dev/null | tee -a "$out/gpu.txt"
 if [[ $stages == *" build "* ]]; then
@@ -27,7 +32,7 @@ if [[ $stages == *" build "* ]]; then
   echo "cuda build: $(( $(date +%s) - t0 )) s"
 fi
 if [[ $stages == *" conf "* ]]; then
-  gpu_pytest ${CONF_S:-420} tests/conformance -k "triton or cuda" -n ${WORKERS:-14} --maxfail=20 --durations=5 \
+  gpu_pytest ${CONF_S:-420} tests/conformance -k "triton or cuda" -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
 fi
@@ -40,7 +45,7 @@ if [[ $stages == *" lse "* ]]; then
   grep -E "passed|failed|FAILED" "$out/lse.txt" | tail -4
 fi
 if [[ $stages == *" cuda "* ]]; then
-  gpu_pytest ${CUDA_S:-200} packages/ejkernel-cuda/tests -n 4 > "$out/cuda_tests.txt" 2>&1
+  gpu_pytest ${CUDA_S:-200} packages/ejkernel-cuda/tests -n ${CUDA_WORKERS:-4} > "$out/cuda_tests.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/cuda_tests.txt" | tail -8
 fi
 if [[ $stages == *" tune "* ]]; then
