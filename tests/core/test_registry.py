@@ -168,3 +168,14 @@ def test_platform_and_cfg_must_agree():
         ejkernel.flash_attention(q, k, v, platform="xla", cfg=FlashAttentionConfig(platform="triton"))
     with pytest.raises(TypeError, match="cfg must be a FlashAttentionConfig"):
         ejkernel.flash_attention(q, k, v, cfg=ejkernel.PageAttentionConfig())
+
+
+def test_allowing_only_uninstalled_backends_warns(caplog):
+    """EJKERNEL_BACKENDS=bogus must not silently disable every backend."""
+    reg = KernelRegistry()  # the real entry-point group: the installed plugins
+    with caplog.at_level("WARNING", logger="ejkernel"), policy(backends_allow=frozenset({"bogus"})):
+        reg.load_plugins()
+        reg.load_plugins()  # said once
+    warnings = [r.getMessage() for r in caplog.records if "not installed" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "bogus" in warnings[0] and "installed: " in warnings[0] and "xla" in warnings[0]

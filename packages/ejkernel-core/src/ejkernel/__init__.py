@@ -14,7 +14,19 @@ from typing import Any
 
 from . import errors, ops, types
 from .errors import ConfigResolutionError, NoImplementationError, UnsupportedError
-from .ops import Backend, BackendInfo, BwdParams, FwdParams, Platform, Policy, kernel_registry, list_ops, policy
+from .ops import (
+    Backend,
+    BackendInfo,
+    BwdParams,
+    FwdParams,
+    Platform,
+    Policy,
+    checks,
+    checks_enabled,
+    kernel_registry,
+    list_ops,
+    policy,
+)
 from .ops.catalog import load_builtin_ops, op_exports
 from .types import MaskInfo
 
@@ -47,6 +59,8 @@ __all__ = [
     "UnsupportedError",
     "__version__",
     "backends",
+    "checks",
+    "checks_enabled",
     "errors",
     "kernel_registry",
     "list_ops",

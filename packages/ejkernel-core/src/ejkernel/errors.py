@@ -13,6 +13,7 @@ __all__ = [
     "ConfigResolutionError",
     "EjkernelError",
     "NoImplementationError",
+    "UnknownPlatformError",
     "UnsupportedError",
 ]
 
@@ -55,6 +56,25 @@ class NoImplementationError(EjkernelError, RuntimeError):
         if hint:
             msg += f"\n{hint}"
         super().__init__(msg)
+
+
+class UnknownPlatformError(EjkernelError, ValueError):
+    """``platform=`` names neither a platform nor an implementation of the op (a wrong argument).
+
+    Attributes:
+        op: the op name.
+        platform: what was asked for.
+        installed: the implementations of the op installed here (their ``platform=`` names).
+    """
+
+    def __init__(self, op: str, platform: str, installed: list[str], platforms: list[str]):
+        self.op = self.algorithm = op
+        self.platform = platform
+        self.installed = list(installed)
+        super().__init__(
+            f"{op}: unknown platform {platform!r}; installed for {op}: {', '.join(installed) or 'none'} "
+            f"(platform= takes 'auto', a platform of {platforms} or an implementation's name)"
+        )
 
 
 class ConfigResolutionError(EjkernelError, RuntimeError):

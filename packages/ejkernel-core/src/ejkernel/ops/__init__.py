@@ -2,7 +2,7 @@
 
 The ops themselves live in this package too, one folder each (``ejkernel/ops/flash_attention/``,
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
-ones above them in this list: ``config``, ``policy``, ``device``, ``args``, ``op``, ``impl``,
+ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``args``, ``op``, ``impl``,
 ``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``.
 """
 
@@ -10,6 +10,7 @@ from .args import Args, ArgSpec, ShardPlan, array, describe_array, static
 from .autotune import Autotuner, CandidateResult, TuneResult
 from .cache import SCHEMA_VERSION, CacheRecord, ConfigCache, PersistentCache, cache_key
 from .catalog import load_builtin_ops, op_exports
+from .checks import ValueRule, checks, checks_enabled, enforce
 from .config import BwdParams, FwdParams, OpConfig, tile
 from .device import DeviceInfo, device_fingerprint, device_for_arrays
 from .executor import (
@@ -59,9 +60,12 @@ __all__ = [
     "SizeRule",
     "Tier",
     "TuneResult",
+    "ValueRule",
     "array",
     "bind",
     "cache_key",
+    "checks",
+    "checks_enabled",
     "create_default_executor",
     "current_overlay",
     "current_policy",
@@ -73,6 +77,7 @@ __all__ = [
     "device_fingerprint",
     "device_for_arrays",
     "device_ms",
+    "enforce",
     "get_op",
     "kernel_registry",
     "list_ops",

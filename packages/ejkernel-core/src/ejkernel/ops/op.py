@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from .args import Args, ShardPlan
+from .checks import ValueRule, enforce
 from .config import OpConfig
 
 __all__ = ["CALL_OPTIONS", "Kernel", "Op", "get_op", "list_ops", "op_class"]
@@ -100,7 +101,7 @@ class Op:
         """Validate and canonicalize the op's parameters (call options removed) into a record.
 
         The declared arrays are checked first (rank, dtype kind), then :meth:`canonicalize`
-        runs, then the record is checked against its declaration. Raises ``TypeError`` /
+        runs, then the record is checked against its declaration, then :meth:`value_rules`. Raises ``TypeError`` /
         ``ValueError`` naming the argument and shapes, once per call, before any implementation
         is chosen or traced.
         """
@@ -108,7 +109,15 @@ class Op:
         params.update(self.args_cls.precheck(self.name, params))
         record = self.canonicalize(params)
         record.check(self.name)
+        rules = self.value_rules(record)
+        if rules:
+            enforce(self.name, rules, {n: getattr(record, n) for n in record.array_names()})
         return record
+
+    def value_rules(self, args: Args) -> list[ValueRule]:
+        """Rules on the values of index arrays (:mod:`ejkernel.ops.checks`): checked when
+        concrete, and under ``jit`` when value checks are on. Run after the shape checks."""
+        return []
 
     def canonicalize(self, params: dict[str, Any]) -> Args:
         """Build the arguments record from checked parameters (op-specific)."""

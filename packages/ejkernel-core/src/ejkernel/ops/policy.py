@@ -11,6 +11,7 @@ variables set the defaults once, at import; nothing reads them later in a call p
 ``EJKERNEL_PERSISTENT_CACHE``  ``0`` disables the on-disk config cache
 ``EJKERNEL_CACHE_DIR``         where the on-disk cache lives (default: the user cache dir)
 ``EJKERNEL_BACKENDS``          ``xla,triton`` allows only those; ``-triton`` denies one
+``EJKERNEL_CHECKS``            ``1`` (or ``checkify``) checks traced index arrays (:mod:`ejkernel.ops.checks`)
 =============================  ==============================================================
 
 Note that ops pick their implementation and config when they are traced: a jitted function
@@ -84,6 +85,11 @@ class Policy:
         backends_allow: backend plugin names that may be used (``None``: all not denied).
         backends_deny: backend plugin names that must not be loaded or used.
         progress: show progress bars while tuning (``None``: when stderr is a terminal).
+        value_checks: check the values of traced index arrays (``cum_seqlens_*``,
+            ``block_tables``, ``context_lens``, segment ids) under ``jit`` with
+            ``False`` (default), ``True`` (a bad value raises from inside the jitted function)
+            or ``"checkify"`` (``checkify.check``, functionalized by the caller); see
+            :mod:`ejkernel.ops.checks`. Concrete values are always checked.
     """
 
     autotune: bool = False
@@ -95,8 +101,11 @@ class Policy:
     backends_allow: frozenset[str] | None = None
     backends_deny: frozenset[str] = frozenset()
     progress: bool | None = None
+    value_checks: bool | Literal["checkify"] = False
 
     def __post_init__(self):
+        if not (isinstance(self.value_checks, bool) or self.value_checks == "checkify"):
+            raise ValueError(f"value_checks must be False, True or 'checkify', got {self.value_checks!r}")
         for name in ("autotune", "persistent_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Policy.{name} must be a bool, got {getattr(self, name)!r}")
@@ -131,6 +140,11 @@ class Policy:
             "EJKERNEL_AUTOTUNE": lambda raw: {"autotune": _env_bool(env, "EJKERNEL_AUTOTUNE", False)},
             "EJKERNEL_PERSISTENT_CACHE": lambda raw: {
                 "persistent_cache": _env_bool(env, "EJKERNEL_PERSISTENT_CACHE", True)
+            },
+            "EJKERNEL_CHECKS": lambda raw: {
+                "value_checks": "checkify"
+                if raw.strip().lower() == "checkify"
+                else _env_bool(env, "EJKERNEL_CHECKS", False)
             },
             "EJKERNEL_AUTOTUNE_MODE": lambda raw: {"autotune_mode": raw.strip().lower()},
             "EJKERNEL_CACHE_MISS": lambda raw: {"on_cache_miss": raw.strip().lower()},

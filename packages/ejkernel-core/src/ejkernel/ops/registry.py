@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import NoImplementationError, UnsupportedError
+from ..errors import NoImplementationError, UnknownPlatformError, UnsupportedError
 from .args import Args
 from .device import DeviceInfo
 from .impl import _DIRECT, Backend, FunctionImpl, KernelImpl, Platform, declared_decline
@@ -96,7 +96,7 @@ class KernelRegistry:
         self._plugins: dict[str, BackendInfo] | None = None
         self._entry_points: dict[str, importlib.metadata.EntryPoint] = {}
         self._loading: str | None = None
-        self._warned: set[str] = set()
+        self._warned: set[Any] = set()
 
     # -- registration -------------------------------------------------------------------------
 
@@ -191,6 +191,15 @@ class KernelRegistry:
                     self._plugins[name] = dataclasses.replace(info, status="disabled")
                     continue
                 self._plugins[name] = self._load_one(name, info)
+            unknown = sorted((policy.backends_allow or frozenset()) - set(self._plugins))
+            if unknown and ("allow", tuple(unknown)) not in self._warned:
+                self._warned.add(("allow", tuple(unknown)))
+                log.warning(
+                    "ejkernel: the allowed backends %s (EJKERNEL_BACKENDS / Policy.backends_allow) are not installed; "
+                    "installed: %s",
+                    ", ".join(unknown),
+                    ", ".join(sorted(self._plugins)) or "none",
+                )
 
     def _load_one(self, name: str, info: BackendInfo) -> BackendInfo:
         before = {(a, i.name) for a, impls in self._impls.items() for i in impls}
@@ -259,6 +268,9 @@ class KernelRegistry:
         impls = self.implementations(op, policy=policy)
         if platform is not None and str(getattr(platform, "value", platform)).lower() != "auto":
             want = str(getattr(platform, "value", platform)).lower()
+            platforms = [p.value for p in Platform]
+            if want not in platforms and not any(i.name == want for i in impls):
+                raise UnknownPlatformError(op, want, [i.name for i in impls], platforms)
             impls = [i for i in impls if i.platform.value == want or i.name == want]
         if backend is not None and str(getattr(backend, "value", backend)).lower() != "any":
             want_b = _backend(backend)

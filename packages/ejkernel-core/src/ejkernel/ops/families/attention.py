@@ -49,6 +49,7 @@ from ..args import (
     static_float,
     window,
 )
+from ..checks import ValueRule
 from ..config import BwdParams, FwdParams, OpConfig
 from ..impl import KernelImpl
 from ..op import Op
@@ -213,16 +214,23 @@ def _bind_cu_seqlens(op: str, cu_q: Any, cu_k: Any, b: int, sq: int, sk: int) ->
             f"{op}: cum_seqlens_q {shape_str(cu_q)} and cum_seqlens_k {shape_str(cu_k)} must both be "
             "[num_seqs + 1] with num_seqs >= 1"
         )
-    for name, cu, total in (("cum_seqlens_q", cu_q, sq), ("cum_seqlens_k", cu_k, sk)):
-        c = concrete(cu)
-        if c is None:
-            continue
-        if c[0] != 0 or (np.diff(c) < 0).any() or c[-1] > total:
-            raise ValueError(
-                f"{op}: {name} must start at 0, never decrease and end at most at the packed length {total}; "
-                f"got {c.tolist()}"
-            )
     return cu_q, cu_k
+
+
+def cu_seqlens_rule(name: str, total: int) -> ValueRule:
+    """``name`` (cumulative lengths of packed sequences) starts at 0, never decreases, ends <= total."""
+
+    def bad(xp: Any, cu: Any) -> Any:
+        prev = xp.concatenate([cu[:1], cu[:-1]])
+        first = xp.arange(cu.shape[0]) == 0
+        return (first & (cu != 0)) | (cu < prev) | (cu > total)
+
+    return ValueRule((name,), f"must start at 0, never decrease and end at most at the packed length {total}", bad)
+
+
+def segment_ids_rule(name: str) -> ValueRule:
+    """Segment ids are labels >= 0, or -1 for padding."""
+    return ValueRule((name,), "must be >= -1 (a segment label, or -1 for padding)", lambda xp, s: s < -1)
 
 
 def _dropout_seed(op: str, prob: float, seed: Any) -> Any:
@@ -328,6 +336,14 @@ class AttentionOp(Op):
 
     def canonicalize(self, params: dict[str, Any]) -> AttentionArgs:
         return bind_attention(self.name, params)
+
+    def value_rules(self, a: AttentionArgs) -> list[ValueRule]:
+        return [
+            cu_seqlens_rule("cum_seqlens_q", a.seq_q),
+            cu_seqlens_rule("cum_seqlens_k", a.seq_k),
+            segment_ids_rule("q_segment_ids"),
+            segment_ids_rule("kv_segment_ids"),
+        ]
 
     def autotune_inputs(self, a: AttentionArgs, seed: int = 0) -> AttentionArgs:
         rng = np.random.default_rng(seed)

@@ -22,7 +22,8 @@ def flash_attention():
         value: ``[batch, seq_k, num_kv_heads, value_head_dim]`` (``value_head_dim`` may differ).
         bias: added to the logits (after the soft cap); broadcastable to
             ``[batch, num_heads, seq_q, seq_k]`` with each dim 1 or full. Differentiable.
-        mask_info: segment ids (packed sequences, ``-1`` = padding) and/or a pairwise mask, plus
+        mask_info: segment ids (packed sequences, ``-1`` = padding; ``>= -1``, checked like
+            ``cum_seqlens_q``) and/or a pairwise mask, plus
             causal / sliding-window patterns (see :class:`~ejkernel.types.MaskInfo`).
         causal: query ``i`` attends keys ``j <= i + seq_k - seq_q`` (aligned bottom-right, so
             with ``seq_q > seq_k`` the first rows see nothing and return zeros).
@@ -35,7 +36,10 @@ def flash_attention():
         dropout_seed: an int or a scalar integer array (so it can change under ``jit``).
         cum_seqlens_q: ``[num_seqs + 1]`` cumulative lengths of sequences packed along ``seq_q``
             of a batch-1 query (varlen). Causal and windows apply per sequence; tokens past the
-            last sequence are padding (zeros out).
+            last sequence are padding (zeros out). Must start at 0, never decrease and end at
+            most at ``seq_q``: checked when concrete; under ``jit`` only with
+            :func:`ejkernel.checks` on. Unchecked, a bad value gives undefined results (wrong
+            sequence boundaries; a GPU kernel may read past the sequence).
         cum_seqlens_k: the same for keys; defaults to ``cum_seqlens_q`` when ``seq_q == seq_k``.
         softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``: they
             join each row's softmax denominator and carry no value. Differentiable.

@@ -35,7 +35,12 @@ def page_attention(
         key_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         value_cache: ``[num_blocks, block_size, num_kv_heads, value_head_dim]``.
         context_lens: ``[batch]`` int, each in ``[0, max_blocks * block_size]`` (0 → zeros out).
-        block_tables: ``[batch, max_blocks]`` int page indices.
+        block_tables: ``[batch, max_blocks]`` int page indices, each used one (the first
+            ``ceil(context_lens[b] / block_size)`` of a row) in ``[0, num_blocks)``.
+            ``context_lens`` and ``block_tables`` are checked when concrete; under ``jit`` only
+            with :func:`ejkernel.checks` on. Unchecked, an out-of-range value gives undefined
+            results: XLA clamps the page index (attends the wrong page), the GPU kernels read
+            outside the cache.
         softmax_scale: default ``1/sqrt(head_dim)``.
         logits_soft_cap: ``cap · tanh(logits / cap)``.
         sliding_window: ``w`` or ``(left, right)``: attend only the last ``left + 1`` tokens

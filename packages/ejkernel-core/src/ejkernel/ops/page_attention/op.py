@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..args import Args, ShardPlan, array, concrete, positive_float, shape_str, static, static_float, window
+from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..op import Op
 
@@ -95,7 +96,7 @@ class PageAttention(Op):
 
     def canonicalize(self, p: dict[str, Any]) -> PageAttentionArgs:
         op = self.name
-        q, kc = p["query"], p["key_cache"]
+        q = p["query"]
         had_seq = q.ndim == 4
         if had_seq:
             if q.shape[1] != 1:
@@ -104,22 +105,6 @@ class PageAttention(Op):
                     f"got {shape_str(q)}"
                 )
             q = q[:, 0]
-        lens, tables = p["context_lens"], p["block_tables"]
-        nb, bs, max_blocks = int(kc.shape[0]), int(kc.shape[1]), int(tables.shape[1])
-        cl, bt = concrete(lens), concrete(tables)
-        if cl is not None:
-            if (cl < 0).any() or (cl > max_blocks * bs).any():
-                raise ValueError(
-                    f"{op}: context_lens must be in [0, max_blocks * block_size = {max_blocks * bs}], got {cl.tolist()}"
-                )
-            if bt is not None:
-                used = np.arange(max_blocks)[None, :] < -(-cl[:, None] // bs)
-                bad = used & ((bt < 0) | (bt >= nb))
-                if bad.any():
-                    r, c = map(int, np.argwhere(bad)[0])
-                    raise ValueError(
-                        f"{op}: block_tables[{r}, {c}] = {int(bt[r, c])} is outside the cache's {nb} blocks"
-                    )
         scale = static_float(op, "softmax_scale", p.get("softmax_scale"))
         if scale is None:
             scale = 1.0 / math.sqrt(int(q.shape[2])) if q.shape[2] else 1.0
@@ -127,6 +112,25 @@ class PageAttention(Op):
         if aux is not None and aux.ndim == 1:  # [num_heads] → [num_heads, 1]; the record checks num_heads
             aux = aux[:, None]
         return PageAttentionArgs.build(op, p, query=q, softmax_aux=aux, softmax_scale=scale, query_had_seq_axis=had_seq)
+
+    def value_rules(self, a: PageAttentionArgs) -> list[ValueRule]:
+        def bad_table(xp: Any, tables: Any, lens: Any) -> Any:
+            used = xp.arange(tables.shape[1])[None, :] < -(-lens[:, None] // a.block_size)
+            return used & ((tables < 0) | (tables >= a.num_blocks))
+
+        capacity = a.max_blocks * a.block_size
+        return [
+            ValueRule(
+                ("context_lens",),
+                f"must be in [0, max_blocks * block_size = {capacity}]",
+                lambda xp, lens: (lens < 0) | (lens > capacity),
+            ),
+            ValueRule(
+                ("block_tables", "context_lens"),
+                f"must index the cache's {a.num_blocks} blocks (in [0, {a.num_blocks})) for every page a sequence uses",
+                bad_table,
+            ),
+        ]
 
     def autotune_inputs(self, a: PageAttentionArgs, seed: int = 0) -> PageAttentionArgs:
         rng = np.random.default_rng(seed)
