@@ -1,6 +1,6 @@
 """Forward config sweep of the Triton flash attention on one shape, next to cuDNN in the same run:
 tile configs (BLOCK_M x BLOCK_N x warps x stages). Device time per call
-(``ejkernel.cli.bench._timed``).
+(``ejkernel.ops.timing.device_ms``, the clock of ``ejkernel bench``).
 
     python benchmarks/triton_fwd_sweep.py --shape 2,8192,16,128 --configs 128x64x8x3,128x128x8x2 --out sweep.json
 """
@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import ejkernel
-from ejkernel.cli.bench import _timed
+from ejkernel.ops.timing import device_ms
+
+
+def _timed(fn, args, repeats: int) -> float | None:
+    """Device ms per call of ``fn(*args)``, or None (reported) when it fails to compile or run."""
+    try:
+        return device_ms(fn, args, repeats)
+    except Exception as e:
+        print(f"  timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+        return None
 
 
 def main() -> None:
