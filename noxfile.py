@@ -13,7 +13,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests", "compat", "packaging"]
+nox.options.sessions = ["lint", "tests", "compat", "packaging", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
@@ -113,10 +113,29 @@ def build_cuda(session: nox.Session) -> None:
 
 
 @nox.session(python="3.12")
+def wheelhouse(session: nox.Session) -> None:
+    """The five wheels into dist/ (``bash scripts/wheelhouse.sh``; EJKERNEL_CUDA_ARCHS picks the GPUs)."""
+    session.install("uv")
+    session.run("bash", "scripts/wheelhouse.sh", *session.posargs, external=True)
+
+
+@nox.session(python="3.12")
 def packaging(session: nox.Session) -> None:
-    """Build the wheels, install ``ejkernel-core[xla]`` from them into a fresh venv, call the API."""
-    session.install("pytest", "pytest-timeout", "build")
-    session.run("pytest", "-m", "packaging", "-p", "no:cacheprovider", "tests/packaging", success_codes=PYTEST_OK)
+    """The README's install commands, each in a fresh environment: ``uv sync --extra xla`` in a copy
+    of the checkout, and the wheelhouse (CUDA wheel for one architecture) + ``pip install
+    --find-links dist "ejkernel-core[xla]"`` / ``[triton]``, each with a call on the CPU; the
+    ``[gpu]`` installs are resolved only."""
+    session.install("pytest", "pytest-timeout", "uv")
+    session.run(
+        "pytest",
+        "-m",
+        "packaging",
+        "-p",
+        "no:cacheprovider",
+        "--durations=0",
+        "tests/packaging",
+        env={"EJKERNEL_CUDA_ARCHS": os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real")},
+    )
 
 
 @nox.session(python="3.11")
@@ -146,3 +165,52 @@ def bench(session: nox.Session) -> None:
     """The CPU benchmark of the foundation issue, written to benchmarks/results/cpu/."""
     _install(session, JAX_CURRENT)
     session.run("bash", "benchmarks/cpu.sh", external=True)
+
+
+@nox.session(python="3.12")
+def docs(session: nox.Session) -> None:
+    """The API reference site into site/ (``mkdocs build --strict``: warnings are errors).
+
+    Its support table (docs/gen_support.py) shows the committed conformance records of
+    docs/conformance_results.toml and a CPU run of the suite made here: ``EJKERNEL_DOCS_CONFORMANCE``
+    is N (the first N cases of each implementation x config; default 2), ``all`` or ``off``.
+    """
+    session.install(
+        *JAX_CURRENT,
+        *nox.project.dependency_groups(PYPROJECT, "docs"),
+        "pytest>=8",
+        "pytest-xdist>=3.5",
+        "pytest-timeout>=2.2",
+        "-e",
+        "packages/ejkernel-core",
+        "-e",
+        "packages/ejkernel-xla",
+        "-e",
+        "packages/ejkernel-pallas",
+    )
+    # Registering the Triton backend needs neither triton nor a GPU: its declarations are documented.
+    session.install("--no-deps", "-e", "packages/ejkernel-triton")
+    tools = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.py"))  # not the pages' Markdown
+    session.run("ruff", "check", *tools)
+    session.run("ruff", "format", "--check", *tools)
+    env = {"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}
+    sample = os.environ.get("EJKERNEL_DOCS_CONFORMANCE", "2").strip().lower()
+    if sample != "off":
+        results = str(Path(session.create_tmp()) / "cpu_conformance.xml")
+        session.run(
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "conformance_plugin",
+            f"--docs-sample={0 if sample == 'all' else int(sample)}",
+            "-n",
+            _workers(),
+            f"--junitxml={results}",
+            "tests/conformance/test_conformance.py",
+            env={"PYTHONPATH": "docs"},
+            success_codes=[0, 1],  # failures are shown in the table, not hidden by a failed build
+        )
+        env["EJKERNEL_DOCS_RESULTS"] = results
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", env=env)

@@ -1,8 +1,20 @@
-"""Packaging: build the wheels, install ``ejkernel-core[xla]`` from them into a fresh virtual
-environment, and call the API there (``nox -s packaging``; needs network for jax)."""
+"""Packaging: every install command of the README's "Set up" section, each in a fresh environment
+(``nox -s packaging``; needs the package index for jax, uv, and nvcc for the CUDA wheel).
+
+- the uv workspace: ``uv sync --extra xla`` in a copy of the checkout, then a call on the CPU;
+  the other extras' syncs are resolved from the workspace (``uv export``), not installed;
+- the wheelhouse: ``bash scripts/wheelhouse.sh`` (the CUDA wheel for one architecture,
+  EJKERNEL_CUDA_ARCHS, default 80-real: the ``tests`` session compiles every default one), then
+  ``pip install --find-links dist "ejkernel-core[xla]"`` and ``[triton]`` into a fresh venv and a
+  call on the CPU; ``[gpu]`` and the CUDA 12 line are only resolved (``uv pip compile``: their
+  CUDA wheels are gigabytes).
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,79 +26,267 @@ import pytest
 pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["ejkernel-core", "ejkernel-xla"]
+PURE = ["ejkernel-core", "ejkernel-xla", "ejkernel-triton", "ejkernel-pallas"]
+HAVE_NVCC = shutil.which("nvcc") is not None
+
+# The README's "Set up" commands this file runs or resolves (each must appear there verbatim).
+UV_SYNC = {
+    "xla": "uv sync --extra xla",
+    "gpu": "uv sync --extra gpu",
+    "tpu": "uv sync --extra tpu",
+}
+WHEELHOUSE = "bash scripts/wheelhouse.sh"
+PIP_XLA = 'pip install --find-links dist "ejkernel-core[xla]"'
+PIP_GPU = 'pip install --find-links dist "ejkernel-core[gpu]"'
+PIP_CUDA12 = 'pip install --find-links dist "ejkernel-core[xla,triton,cuda]" "jax[cuda12]"'
+
+# Import from the installed copy, list the backends, run flash_attention on the CPU through the
+# XLA backend and compare with the reference; prints the location of the imported package.
+CHECK = textwrap.dedent(
+    """
+    import sys, jax.numpy as jnp, numpy as np, ejkernel
+    from ejkernel.ops import record_dispatches
+    from ejkernel.testing import attention_reference
+    assert ejkernel.__version__ == "0.1.0", ejkernel.__version__
+    loaded = sorted(b.name for b in ejkernel.backends() if b.status == "loaded")
+    assert loaded == sorted(sys.argv[1].split(",")), ejkernel.backends()
+    q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 33, 4, 16)), jnp.float32)
+    k = v = q[:, :, :2]
+    with record_dispatches() as log:
+        out = ejkernel.flash_attention(q, k, v, causal=True)
+    assert log[0].impl == "xla" and log[0].plugin == "xla"
+    err = float(jnp.max(jnp.abs(out - attention_reference(q, k, v, causal=True))))
+    assert err < 1e-5, err
+    print("ok", ejkernel.__file__)
+    """
+)
 
 
-def sh(*cmd: object, timeout: int = 900) -> str:
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+def sh(*cmd: object, cwd: Path | None = None, env: dict | None = None, timeout: int = 900) -> str:
+    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, f"{cmd}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> dict[str, Path]:
-    dist = tmp_path_factory.mktemp("dist")
-    for pkg in PACKAGES:
-        sh(sys.executable, "-m", "build", "--wheel", "--outdir", dist, ROOT / "packages" / pkg)
-    found = {w.name.split("-")[0].replace("_", "-"): w for w in dist.glob("*.whl")}
-    assert set(found) == set(PACKAGES), found
+def uv() -> Path:
+    """The uv binary: on PATH, or the one of the ``uv`` package (the packaging session installs it)."""
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if not found:
+        from uv import find_uv_bin  # the nox session installs uv; a missing one fails here
+
+        found = find_uv_bin()
+    return Path(found)
+
+
+@pytest.fixture(scope="module")
+def env(uv) -> dict:
+    """This Python for uv (no managed download), uv on PATH, and no outer virtual environment."""
+    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
+    e.update(
+        UV_PYTHON=sys.executable,
+        UV_PYTHON_DOWNLOADS="never",
+        PATH=f"{uv.parent}{os.pathsep}{e.get('PATH', '')}",
+        JAX_PLATFORMS="cpu",
+        EJKERNEL_PERSISTENT_CACHE="0",
+        COLUMNS="200",  # rich's tables unwrapped
+    )
+    return e
+
+
+def readme_setup() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("\n## Set up\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_shows_the_commands_tested_here():
+    setup = readme_setup()
+    lines = [ln.split("#")[0].strip() for ln in setup.splitlines()]
+    for cmd in [*UV_SYNC.values(), WHEELHOUSE, PIP_XLA, PIP_GPU, PIP_CUDA12]:
+        assert cmd in lines, f"README 'Set up' no longer shows {cmd!r}: update it or this test"
+
+
+def test_the_workspace_root_forwards_every_extra_of_core():
+    import tomllib
+
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    core = tomllib.loads((ROOT / "packages/ejkernel-core/pyproject.toml").read_text())["project"]
+    forwarded = root["project"]["optional-dependencies"]
+    assert {k: [f"ejkernel-core[{k}]"] for k in core["optional-dependencies"]} == forwarded
+    members = {p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists()}
+    assert set(root["tool"]["uv"]["sources"]) == members
+
+
+# --- the uv workspace -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """A copy of the checkout as git would clone it (tracked and unignored files)."""
+    dst = tmp_path_factory.mktemp("checkout")
+    try:
+        files = sh("git", "ls-files", "-co", "--exclude-standard", "-z", cwd=ROOT).split("\0")
+    except (AssertionError, FileNotFoundError):  # not a git checkout: everything but outputs
+        ignore = shutil.ignore_patterns(".git", ".venv*", ".nox", "dist", "build", "__pycache__", "uv.lock")
+        shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
+        return dst
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dst / f)
+    return dst
+
+
+def test_uv_sync_installs_core_and_a_backend_from_the_checkout(checkout, env, uv):
+    sh(uv, *UV_SYNC["xla"].split()[1:], cwd=checkout, env=env, timeout=600)
+    out = sh(checkout / ".venv/bin/python", "-c", CHECK, "xla", cwd=checkout, env=env)
+    assert out.startswith("ok") and str(checkout / "packages/ejkernel-core/src") in out  # editable
+    # `uv run` keeps the synced extras (an inexact sync): the XLA backend is still there.
+    assert "ejkernel-xla" in sh(uv, "run", "ejkernel", "info", cwd=checkout, env=env)
+
+
+@pytest.mark.parametrize(
+    ("extra", "members", "wanted"),
+    [
+        pytest.param("triton", ["ejkernel-core", "ejkernel-triton"], ["triton==", "jax-triton=="], id="sync-triton"),
+        pytest.param(
+            "gpu",
+            ["ejkernel-core", "ejkernel-xla", "ejkernel-triton", "ejkernel-cuda"],
+            ["jax-cuda13-plugin==", "triton=="],
+            id="sync-gpu",
+        ),
+        pytest.param("tpu", ["ejkernel-core", "ejkernel-pallas"], ["libtpu=="], id="sync-tpu"),
+    ],
+)
+def test_uv_sync_extras_resolve_from_the_workspace(checkout, env, uv, extra, members, wanted):
+    """What `uv sync --extra EXTRA` would install: the members from the checkout, editable."""
+    out = sh(uv, "export", "--extra", extra, "--no-hashes", "--no-header", cwd=checkout, env=env, timeout=300)
+    editable = sorted(re.findall(r"^-e \./packages/(\S+)$", out, re.M))
+    assert editable == sorted(members), out
+    for name in wanted:
+        assert re.search(rf"^{re.escape(name)}", out, re.M), f"{name} not in the {extra} sync:\n{out}"
+    if extra == "gpu":
+        assert "jax-cuda12" not in out
+
+
+# --- the wheelhouse -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(checkout, env) -> Path:
+    """``bash scripts/wheelhouse.sh`` in the fresh copy (no CMake build folder from earlier builds)."""
+    archs = os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real")
+    sh("bash", "scripts/wheelhouse.sh", cwd=checkout, env={**env, "EJKERNEL_CUDA_ARCHS": archs}, timeout=1200)
+    return checkout / "dist"
+
+
+def wheel(dist: Path, name: str) -> Path:
+    (found,) = dist.glob(f"{name.replace('-', '_')}-0.1.0-*.whl")
     return found
 
 
-def test_wheel_contents(wheels):
-    with zipfile.ZipFile(wheels["ejkernel-core"]) as z:
+def read(whl: Path, suffix: str) -> str:
+    with zipfile.ZipFile(whl) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith(suffix))).decode()
+
+
+def test_the_wheelhouse_holds_the_five_wheels(wheelhouse):
+    names = sorted(w.name.split("-")[0].replace("_", "-") for w in wheelhouse.glob("*.whl"))
+    assert names == sorted(PURE + (["ejkernel-cuda"] if HAVE_NVCC else []))
+    core = wheel(wheelhouse, "ejkernel-core")
+    with zipfile.ZipFile(core) as z:
         names = z.namelist()
-        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-        entry = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "ejkernel/py.typed" in names and "ejkernel/testing/conformance.py" in names
     assert not any(n.startswith("tests/") for n in names)
-    assert "Provides-Extra: xla" in meta
+    meta = read(core, ".dist-info/METADATA")
+    for extra in ("xla", "triton", "cuda", "gpu", "tpu", "all"):
+        assert f"Provides-Extra: {extra}" in meta
     assert "Requires-Dist: ejkernel-xla==0.1.0; extra == 'xla'" in meta
-    assert "ejkernel = ejkernel.cli:main" in entry
-    with zipfile.ZipFile(wheels["ejkernel-xla"]) as z:
-        names = z.namelist()
-        entry = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "[ejkernel.backends]" in entry and "xla = ejkernel_xla:register" in entry
-    assert "Requires-Dist: ejkernel-core==0.1.0" in meta
+    assert "Requires-Dist: jax[cuda13]>=0.10.2; extra == 'gpu'" in meta
+    assert "ejkernel = ejkernel.cli:main" in read(core, ".dist-info/entry_points.txt")
+    for backend, entry in [("ejkernel-xla", "xla = ejkernel_xla:register"), ("ejkernel-triton", "triton = ")]:
+        assert "[ejkernel.backends]" in read(wheel(wheelhouse, backend), "entry_points.txt")
+        assert entry in read(wheel(wheelhouse, backend), "entry_points.txt")
+        assert "Requires-Dist: ejkernel-core==0.1.0" in read(wheel(wheelhouse, backend), "METADATA")
+    if HAVE_NVCC:
+        cuda = wheel(wheelhouse, "ejkernel-cuda")
+        assert f"cp{sys.version_info.major}{sys.version_info.minor}" in cuda.name
+        with zipfile.ZipFile(cuda) as z:
+            assert any(re.fullmatch(r"ejkernel_cuda/_ext\..*\.so", n) for n in z.namelist()), z.namelist()
 
 
-def test_install_from_wheels_into_a_fresh_venv(wheels, tmp_path):
+def test_pip_installs_core_xla_then_triton_from_the_wheelhouse(wheelhouse, env, tmp_path):
     venv = tmp_path / "venv"
-    sh(sys.executable, "-m", "venv", venv)
-    py = venv / "bin" / "python"
-    dist = wheels["ejkernel-core"].parent
-    sh(py, "-m", "pip", "install", "-q", "--find-links", dist, "ejkernel-core[xla]")
-    check = textwrap.dedent(
-        """
-        import jax.numpy as jnp, numpy as np, ejkernel
-        from ejkernel.ops import record_dispatches
-        from ejkernel.testing import attention_reference
-        assert ejkernel.__version__ == "0.1.0", ejkernel.__version__
-        assert [(b.name, b.status) for b in ejkernel.backends()] == [("xla", "loaded")], ejkernel.backends()
-        q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 33, 4, 16)), jnp.float32)
-        k = v = q[:, :, :2]
-        with record_dispatches() as log:
-            out = ejkernel.flash_attention(q, k, v, causal=True)
-        assert log[0].impl == "xla" and log[0].plugin == "xla"
-        err = float(jnp.max(jnp.abs(out - attention_reference(q, k, v, causal=True))))
-        assert err < 1e-5, err
-        print("ok", ejkernel.__file__)
-        """
-    )
-    out = sh(py, "-c", check)
-    assert out.startswith("ok") and str(venv) in out  # the installed copy, not the source tree
-    assert "xla" in sh(venv / "bin" / "ejkernel", "info")
-    # Without a backend the call fails with an error that names the extra to install.
-    sh(py, "-m", "pip", "uninstall", "-q", "-y", "ejkernel-xla")
-    res = subprocess.run(
-        [
-            str(py),
-            "-c",
-            "import jax.numpy as jnp, ejkernel; q = jnp.ones((1, 4, 2, 8)); ejkernel.flash_attention(q, q, q)",
-        ],
-        capture_output=True,
-        text=True,
+    try:
+        sh(sys.executable, "-m", "venv", venv)
+        py = venv / "bin" / "python"
+        pip = [py, "-m", "pip", "install", "-q", "--find-links", wheelhouse]
+        sh(*pip, "ejkernel-core[xla]", cwd=tmp_path)  # = PIP_XLA
+        out = sh(py, "-c", CHECK, "xla", cwd=tmp_path, env=env)
+        assert out.startswith("ok") and str(venv) in out  # the installed copy, not the source tree
+        assert "xla" in sh(venv / "bin" / "ejkernel", "info", env=env)
+        # [triton] adds its backend (it loads on a CPU; its kernels decline there).
+        sh(*pip, "ejkernel-core[triton]", cwd=tmp_path)
+        sh(py, "-c", CHECK, "triton,xla", cwd=tmp_path, env=env)
+        # Without a backend that runs here, the call fails with an error that names the extra.
+        sh(py, "-m", "pip", "uninstall", "-q", "-y", "ejkernel-xla", "ejkernel-triton")
+        res = subprocess.run(
+            [
+                str(py),
+                "-c",
+                "import jax.numpy as jnp, ejkernel; q = jnp.ones((1, 4, 2, 8)); ejkernel.flash_attention(q, q, q)",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert res.returncode != 0 and "pip install ejkernel-core[xla]" in res.stderr, res.stderr[-3000:]
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)  # 1.5 GB with triton
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="no nvcc: the wheelhouse has no ejkernel-cuda wheel")
+@pytest.mark.parametrize(
+    ("reqs", "wanted", "unwanted"),
+    [
+        (
+            ["ejkernel-core[gpu]"],
+            ["ejkernel-cuda", "ejkernel-triton", "jax-cuda13-plugin", "ejkernel-xla"],
+            "jax-cuda12",
+        ),
+        (
+            ["ejkernel-core[xla,triton,cuda]", "jax[cuda12]"],
+            ["ejkernel-cuda", "ejkernel-triton", "jax-cuda12-plugin", "ejkernel-xla"],
+            "jax-cuda13",
+        ),
+    ],
+    ids=["cuda13", "cuda12"],  # not "gpu": conftest skips a test with that keyword off a GPU
+)
+def test_the_gpu_installs_resolve_from_the_wheelhouse(wheelhouse, env, uv, tmp_path, reqs, wanted, unwanted):
+    """PIP_GPU and PIP_CUDA12, resolved for Linux (their CUDA wheels are gigabytes to install)."""
+    (tmp_path / "requirements.in").write_text("\n".join(reqs) + "\n")
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    out = sh(
+        uv,
+        "pip",
+        "compile",
+        "--no-header",
+        "--python-version",
+        py,
+        "--python-platform",
+        "x86_64-manylinux_2_28",
+        "--find-links",
+        wheelhouse,
+        tmp_path / "requirements.in",
+        cwd=tmp_path,
+        env=env,
         timeout=300,
     )
-    assert res.returncode != 0 and "pip install ejkernel-core[xla]" in res.stderr
+    pins = dict(line.split("==") for line in out.splitlines() if "==" in line and not line.startswith(" "))
+    for name in wanted:
+        assert name in pins, f"{name} not resolved for {reqs}:\n{out}"
+    assert pins["ejkernel-cuda"] == pins["ejkernel-triton"] == pins["ejkernel-xla"] == "0.1.0"
+    assert "triton" in pins and "jax-triton" in pins
+    assert pins[wanted[2]] == pins["jaxlib"], "the CUDA plugin must match jaxlib"
+    assert not any(n.startswith(unwanted) for n in pins), out
