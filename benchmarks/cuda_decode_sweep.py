@@ -71,7 +71,9 @@ def main() -> None:
                 cfg = ejkernel.PageAttentionConfig(tokens_per_block=part, num_stages=stages)
 
                 def f(q, kc, vc, cfg=cfg):
-                    return ejkernel.page_attention(q, kc, vc, lens, tables, platform="cuda", cfg=cfg)
+                    return ejkernel.page_attention(
+                        q, kc, vc, lens, tables, cache_layout="blocks_tokens_heads", platform="cuda", cfg=cfg
+                    )
 
                 try:  # device time: the slope between programs of 10 and n calls
                     ms = device_ms(f, (q, kc, vc), a.repeats)

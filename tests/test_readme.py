@@ -1,4 +1,4 @@
-"""Every ``python`` block of README.md and of the package READMEs runs, so a snippet cannot rot.
+"""Every ``python`` block of README.md, of the package READMEs and of the migration page runs, so a snippet cannot rot.
 
 The blocks of one README run in order in one fresh interpreter (later blocks may use what earlier
 ones defined, as a reader would), on 8 simulated CPU devices for the ones that need a mesh.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md"))]
+READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md")), ROOT / "docs/pages/migrating.md"]
 FENCE = re.compile(r"^( *)```python\n(.*?)^\1```", re.S | re.M)
 
 

@@ -65,10 +65,10 @@ def test_dropout_is_unbiased_and_deterministic(op, rng):
     assert float(jnp.mean(jnp.abs(mean - plain))) < 0.03
 
 
-def test_dropout_without_seed_is_rejected(rng):
+def test_dropout_without_seed_is_rejected_under_jit(rng):
     q, k, v = qkv(rng)
     with pytest.raises(ValueError, match="dropout_seed"):
-        ejkernel.flash_attention(q, k, v, dropout_prob=0.1)
+        jax.jit(lambda q: ejkernel.flash_attention(q, k, v, dropout_prob=0.1))(q)
 
 
 @pytest.mark.parametrize("cfg", [None, SMALL_TILES], ids=["heuristic", "small-tiles"])

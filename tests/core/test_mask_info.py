@@ -97,7 +97,10 @@ def test_from_attention_mask_2d_padding(dtype):
     assert mi.q_segment_ids.dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(mi.q_segment_ids), expect)
     np.testing.assert_array_equal(np.asarray(mi.kv_segment_ids), expect)
-    assert mi.attention_mask is None
+    # Kernels get the segments; no pairwise mask is stored, but (as the older API documents) the
+    # attention_mask property gives the 4-D pairwise mask of the padding.
+    assert mi.stored_attention_mask is None and not mi.has_pairwise
+    np.testing.assert_array_equal(np.asarray(mi.attention_mask), numpy_segment_mask(expect, expect))
 
 
 @pytest.mark.parametrize("dtype", [bool, np.int32])

@@ -15,6 +15,7 @@ from ejkernel.ops import Policy, current_policy
 from ejkernel.types import MaskInfo
 
 NUM_BLOCKS, BLOCK, MAX_BLOCKS = 8, 4, 3
+LAYOUT = "blocks_tokens_heads"  # these cache shapes fit both layouts
 
 
 def _dense(seed=0, s=12):
@@ -49,13 +50,13 @@ def segments(seg):
 def paged_lens(lens):
     q, kc, vc = _paged()
     tables = jnp.array([[3, 1, 7], [0, 2, 6]], jnp.int32)
-    return jax.jit(lambda lens: ejkernel.page_attention(q, kc, vc, lens, tables))(lens)
+    return jax.jit(lambda lens: ejkernel.page_attention(q, kc, vc, lens, tables, cache_layout=LAYOUT))(lens)
 
 
 def paged_tables(tables):
     q, kc, vc = _paged()
     lens = jnp.array([5, 12], jnp.int32)
-    return jax.jit(lambda t: ejkernel.page_attention(q, kc, vc, lens, t))(tables)
+    return jax.jit(lambda t: ejkernel.page_attention(q, kc, vc, lens, t, cache_layout=LAYOUT))(tables)
 
 
 SEG_OK = np.repeat(np.arange(3), 4)[None].astype(np.int32)

@@ -394,6 +394,7 @@ def paged_inputs(rng, b=4, h=8, hk=4, d=16, block_size=4, max_blocks=4, lens=(3,
         "value_cache": jax.random.normal(kv, (num_blocks, block_size, hk, d), jnp.float32),
         "context_lens": jnp.asarray(lens[:b], jnp.int32),
         "block_tables": jnp.asarray(rng.permutation(num_blocks)[: b * max_blocks].reshape(b, max_blocks), jnp.int32),
+        "cache_layout": "blocks_tokens_heads",  # these shapes fit both layouts
     }
 
 
@@ -453,6 +454,7 @@ def test_page_attention_sinks_window_and_jit_under_mesh(mesh, rng):
     kw = paged_inputs(rng, hk=4, lens=(14, 6, 16, 3))
     aux = jnp.asarray(rng.standard_normal(8), jnp.float32)
     opts = {"softmax_aux": aux, "sliding_window": 5, "logits_soft_cap": 10.0}
+    opts["cache_layout"] = kw.pop("cache_layout")  # a str: not a jit argument
     specs = (P("dp", "tp", None), CACHE_SPEC, CACHE_SPEC, P("dp"), P("dp", None))
     out = jax.jit(lambda kw: ejkernel.page_attention(**kw, mesh=mesh, in_specs=specs, **opts))(kw)
     close(out, ejkernel.page_attention(**kw, **opts))

@@ -3,7 +3,8 @@
 The ops themselves live in this package too, one folder each (``ejkernel/ops/flash_attention/``,
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
 ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``args``, ``op``, ``impl``,
-``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``.
+``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``,
+``compat`` (the earlier API's names, mapped onto these; also importable from ``ejkernel.ops.utils``).
 """
 
 from .args import Args, ArgSpec, ShardPlan, array, describe_array, static
@@ -11,6 +12,35 @@ from .autotune import Autotuner, CandidateResult, TuneResult
 from .cache import SCHEMA_VERSION, CacheRecord, ConfigCache, PersistentCache, cache_key
 from .catalog import load_builtin_ops, op_exports
 from .checks import ValueRule, checks, checks_enabled, enforce
+
+# The earlier ejkernel.ops API (see ejkernel.ops.compat); its names that do not map raise an
+# ImportError saying what to use. Its `benchmark` function is ejkernel.ops.compat.benchmark here:
+# ejkernel.ops.benchmark is the op benchmark suite (`ejkernel bench`).
+from .compat import (
+    AutotunePolicy,
+    Cfg,
+    ConfigChooser,
+    Invocation,
+    Kernel,
+    Out,
+    Tuner,
+    abstractify,
+    autotune,
+    default_key_builder_with_sharding,
+    device_kind,
+    forward_autotune_only,
+    from_json,
+    get_device_platform,
+    overlay_cache,
+    pmap_with_config,
+    policy_override,
+    sharding_fingerprint,
+    short_hash,
+    stable_json,
+    to_json,
+    vmap_with_config,
+)
+from .compat import module_getattr as _module_getattr
 from .config import BwdParams, FwdParams, OpConfig, tile
 from .device import DeviceInfo, device_fingerprint, device_for_arrays
 from .executor import (
@@ -25,7 +55,7 @@ from .executor import (
     run_impl,
 )
 from .impl import Backend, KernelImpl, Platform, SizeRule, declared_decline
-from .op import Kernel, Op, get_op, list_ops, op_class
+from .op import Op, get_op, list_ops, op_class
 from .policy import Policy, current_policy, default_policy, policy
 from .registry import BackendInfo, KernelRegistry, kernel_registry
 from .selection import ConfigSelectorChain, Tier, current_overlay, overlay, resolve_config
@@ -93,3 +123,28 @@ __all__ = [
     "tile",
     "time_callable",
 ]
+__all__ += [
+    "AutotunePolicy",
+    "Cfg",
+    "ConfigChooser",
+    "Invocation",
+    "Out",
+    "Tuner",
+    "abstractify",
+    "autotune",
+    "default_key_builder_with_sharding",
+    "device_kind",
+    "forward_autotune_only",
+    "from_json",
+    "get_device_platform",
+    "overlay_cache",
+    "pmap_with_config",
+    "policy_override",
+    "sharding_fingerprint",
+    "short_hash",
+    "stable_json",
+    "to_json",
+    "vmap_with_config",
+]
+
+__getattr__ = _module_getattr(__name__)

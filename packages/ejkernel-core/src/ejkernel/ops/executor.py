@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import logging
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -105,6 +106,10 @@ def _platform_name(value: Any) -> str | None:
 class Executor:
     """Runs ops: ``executor(FlashAttention(), q, k, v, causal=True)``.
 
+    It also runs user-defined :class:`~ejkernel.ops.compat.Kernel` subclasses (the earlier API:
+    ``executor(MyKernel(), a, b)``), which choose their config from the chain's in-memory cache
+    (see :mod:`ejkernel.ops.compat`); :meth:`choose_config` tells the config a call would use.
+
     Args:
         chain: config resolution (default: a chain with fresh in-memory cache and the default
             persistent cache).
@@ -115,7 +120,12 @@ class Executor:
         self.chain = chain if chain is not None else ConfigSelectorChain()
         self.registry = registry if registry is not None else kernel_registry
 
+    # ``Executor[Cfg, Out]`` in annotations written for the earlier, generic Executor.
+    __class_getitem__ = classmethod(types.GenericAlias)
+
     def __call__(self, op: Op, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(op, Op):
+            return _kernel_hook(op, "_ejk_run_with")(self, args, kwargs)
         try:
             bound = op.signature().bind(*args, **kwargs)
         except TypeError as e:
@@ -123,11 +133,34 @@ class Executor:
         bound.apply_defaults()
         return self.run(op, dict(bound.arguments))
 
+    def choose_config(self, op: Op, *args: Any, cfg: Any = None, **kwargs: Any) -> Any:
+        """The config that ``self(op, *args, cfg=cfg, **kwargs)`` would run with, without running it.
+
+        For an op: the complete config, stamped with the implementation chosen (its name is the
+        config's ``platform``), as the call's :class:`Dispatch` reports it (with ``mesh=``, the
+        config each shard runs with). The call is evaluated abstractly (``jax.eval_shape``), so
+        the choice is the call's own, tiers and implementation included; nothing is compiled or
+        run, except autotuning when the policy asks for it, as at the call. For a
+        :class:`~ejkernel.ops.compat.Kernel`: the config its ``run`` would get.
+        """
+        if not isinstance(op, Op):
+            return _kernel_hook(op, "_ejk_choose_with")(self, args, {**kwargs, "cfg": cfg})
+        chosen: list[Dispatch] = []
+        token = _RECORDERS.set((chosen,))  # out of sight of the caller's record_dispatches()
+        try:
+            jax.eval_shape(lambda: self(op, *args, cfg=cfg, **kwargs))
+        finally:
+            _RECORDERS.reset(token)
+        return next(d.config for d in chosen if d.op == op.name)
+
     def run(self, op: Op, params: dict[str, Any]) -> Any:
         """Run ``op`` with its full parameter mapping (call options included)."""
         params = dict(params)
         options = CallOptions.pop_from(params)
+        hints = op.config_hints(params)
         _check_options(op, options)
+        if hints:
+            options = dataclasses.replace(options, cfg=_with_hints(op, options.cfg, hints))
         args = op.bind(params)
         if options.mesh is not None:
             return self._run_sharded(op, args, options)
@@ -174,6 +207,16 @@ class Executor:
 
         sharded = jax.shard_map(body, mesh=mesh, in_specs=leaf_specs, out_specs=out_specs, check_vma=False)
         return sharded(*leaves)
+
+
+def _kernel_hook(op: Any, name: str) -> Callable[..., Any]:
+    """The method by which a non-Op (an ``ejkernel.ops.Kernel``) runs itself through an executor."""
+    hook = getattr(op, name, None)
+    if hook is None:
+        raise TypeError(
+            f"Executor runs ops (e.g. FlashAttention()) and ejkernel.ops.Kernel subclasses, got {type(op).__name__}"
+        )
+    return hook
 
 
 def _check_options(op: Op, options: CallOptions) -> None:
@@ -225,6 +268,13 @@ def _call_option_params(op_cls: type[Op]) -> list[inspect.Parameter]:
         inspect.Parameter("in_specs", kw, default=None, annotation=Any),
         inspect.Parameter("out_specs", kw, default=None, annotation=Any),
     ]
+
+
+def _with_hints(op: Op, cfg: OpConfig | None, hints: dict[str, Any]) -> OpConfig:
+    """``cfg`` with its unset (``None``) top-level fields filled from ``hints``."""
+    if cfg is None:
+        return op.config_cls(**hints)
+    return dataclasses.replace(cfg, **{k: v for k, v in hints.items() if getattr(cfg, k, None) is None})
 
 
 def define(op_cls: type[Op], *, signature: Callable[..., Any] | None = None) -> Callable[[Callable[..., Any]], Any]:

@@ -29,7 +29,7 @@ from .args import Args, ShardPlan
 from .checks import ValueRule, enforce
 from .config import OpConfig
 
-__all__ = ["CALL_OPTIONS", "Kernel", "Op", "get_op", "list_ops", "op_class"]
+__all__ = ["CALL_OPTIONS", "Op", "get_op", "list_ops", "op_class"]
 
 CALL_OPTIONS = ("platform", "cfg", "mesh", "in_specs", "out_specs")
 
@@ -44,6 +44,7 @@ class Op:
     - ``name``: the op's name (its public function's name, registry key and cache-key part);
     - ``config_cls``: its Config class (whose ``op_name`` this sets);
     - ``args_cls``: its arguments record class;
+    - ``param_aliases``: earlier parameter names mapped to the canonical ones (passing both is an error);
     - ``version``: bump it when the op's meaning changes, so cached configs are not reused;
     - ``trainable``: whether it has gradients worth timing (forward+backward tuning);
     - ``output_axes``: the output's axis names (its default ``out_specs`` under ``mesh``);
@@ -62,6 +63,8 @@ class Op:
     trainable: ClassVar[bool] = False
     output_axes: ClassVar[tuple[str | None, ...]] = ()
     features: ClassVar[dict[str, tuple[str, Callable[[Any], bool]]]] = {}
+    # Earlier releases' parameter names → the canonical ones (both in the public signature).
+    param_aliases: ClassVar[dict[str, str]] = {}
     aliases: ClassVar[tuple[str, ...]] = ()
     function: ClassVar[Callable[..., Any]]
     # Where an op keeps its reference, cases and benchmark when it has no folder of its own.
@@ -106,6 +109,13 @@ class Op:
         is chosen or traced.
         """
         params = dict(params)
+        for old, new in self.param_aliases.items():
+            value = params.pop(old, None)
+            if value is None:
+                continue
+            if params.get(new) is not None:
+                raise ValueError(f"{self.name}: pass {new} or its earlier name {old}, not both")
+            params[new] = value
         params.update(self.args_cls.precheck(self.name, params))
         record = self.canonicalize(params)
         record.check(self.name)
@@ -113,6 +123,12 @@ class Op:
         if rules:
             enforce(self.name, rules, {n: getattr(record, n) for n in record.array_names()})
         return record
+
+    def config_hints(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Config fields that call parameters suggest (e.g. earlier releases' chunk sizes),
+        popped from ``params``; the executor fills the call's ``cfg`` with them (fields the
+        user's ``cfg`` sets win). Default: none."""
+        return {}
 
     def value_rules(self, args: Args) -> list[ValueRule]:
         """Rules on the values of index arrays (:mod:`ejkernel.ops.checks`): checked when
@@ -222,10 +238,6 @@ class Op:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-Kernel = Op
-"""Earlier name of :class:`Op` (kept for existing users)."""
 
 
 def op_class(name: str) -> type[Op]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -43,6 +44,7 @@ from ..args import (
     as_array,
     concrete,
     flag,
+    is_traced,
     positive_float,
     shape_str,
     static,
@@ -182,8 +184,8 @@ def _merge_mask_info(op: str, mi: Any, b: int, h: int, sq: int, sk: int) -> tupl
             raise ValueError(f"{op}: mask_info q_segment_ids {shape_str(q_seg)} must be [batch, seq_q] = {(b, sq)}")
         if tuple(kv_seg.shape) != (b, sk):
             raise ValueError(f"{op}: mask_info kv_segment_ids {shape_str(kv_seg)} must be [batch, seq_k] = {(b, sk)}")
-    if mi.attention_mask is not None:
-        mask = mi.attention_mask
+    if mi.stored_attention_mask is not None:
+        mask = mi.stored_attention_mask
         mb, mh, msq, msk = (int(d) for d in mask.shape)
         if (msq, msk) != (sq, sk) or mb not in (1, b) or mh not in (1, h):
             raise ValueError(
@@ -233,11 +235,20 @@ def segment_ids_rule(name: str) -> ValueRule:
     return ValueRule((name,), "must be >= -1 (a segment label, or -1 for padding)", lambda xp, s: s < -1)
 
 
-def _dropout_seed(op: str, prob: float, seed: Any) -> Any:
+def _dropout_seed(op: str, prob: float, seed: Any, traced: bool) -> Any:
+    """The uint32 seed of the dropout mask. ``seed``: an int, a scalar integer array or a
+    ``jax.random`` key. Without one, an eager call draws a fresh seed from the OS (a new mask each
+    call, as earlier ejkernel releases did); under ``jit`` a seed is required (a traced function
+    must not draw hidden randomness: pass ``dropout_seed``, e.g. ``jax.random.bits(key)``)."""
     if prob == 0:
         return None
     if seed is None:
-        raise ValueError(f"{op}: dropout_prob > 0 needs dropout_seed (an int or a scalar integer array)")
+        if traced:
+            raise ValueError(
+                f"{op}: dropout_prob > 0 under jit needs dropout_seed (an int, a scalar integer array or a "
+                "jax.random key, e.g. dropout_seed=jax.random.fold_in(key, step)); outside jit a fresh seed is drawn"
+            )
+        return jnp.asarray(np.random.SeedSequence().generate_state(1)[0], jnp.uint32)
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return jnp.asarray(int(seed) & 0xFFFFFFFF, jnp.uint32)
     seed = as_array(op, "dropout_seed", seed, ndim=0, layout="(a scalar)")
@@ -253,6 +264,7 @@ def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None)
     ``keys_total``: the number of keys a bias or pairwise mask spans (ring attention: every key
     of the ring); default ``seq_k``.
     """
+    bind_compat_options(op, p)
     q, k = p["query"], p["key"]
     b, sq, h, d = (int(x) for x in q.shape)
     sk = int(k.shape[1])
@@ -267,7 +279,7 @@ def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None)
     assert dropout_prob is not None
     if not 0.0 <= dropout_prob < 1.0:
         raise ValueError(f"{op}: dropout_prob must be in [0, 1), got {dropout_prob}")
-    seed = _dropout_seed(op, dropout_prob, p.get("dropout_seed"))
+    seed = _dropout_seed(op, dropout_prob, p.get("dropout_seed"), is_traced(q))
 
     bias = bind_bias(op, p.get("bias"), b, h, sq, sk_mask)
     q_seg = kv_seg = mask = None
@@ -285,8 +297,10 @@ def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None)
     if cu_q is not None and (q_seg is not None or mask is not None):
         raise ValueError(f"{op}: pass either cum_seqlens_q/k or a mask_info with segments or a mask, not both")
     aux = p.get("softmax_aux")
-    if aux is not None and aux.ndim == 1:  # [num_heads] → [num_heads, 1]; the record checks num_heads
-        aux = aux[:, None]
+    if aux is not None and aux.ndim == 1:
+        # [num_heads]: one sink per head; any other length: [num_sinks] shared by every head
+        # (earlier releases' 1-D form).
+        aux = aux[:, None] if aux.shape[0] == h else jnp.broadcast_to(aux[None, :], (h, aux.shape[0]))
     return AttentionArgs.build(
         op,
         p,
@@ -310,6 +324,9 @@ def dense_attention_signature(
     key: Float[Array, "batch seq_k num_kv_heads head_dim"],
     value: Float[Array, "batch seq_k num_kv_heads value_head_dim"],
     bias: Float[Array, "..."] | None = None,
+    cum_seqlens_q: Int[Array, "num_seqs_plus_1"] | None = None,
+    cum_seqlens_k: Int[Array, "num_seqs_plus_1"] | None = None,
+    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
     *,
     mask_info: MaskInfo | None = None,
     causal: bool = False,
@@ -318,12 +335,52 @@ def dense_attention_signature(
     logits_soft_cap: float | None = None,
     dropout_prob: float = 0.0,
     dropout_seed: int | Int[Array, ""] | None = None,
-    cum_seqlens_q: Int[Array, "num_seqs_plus_1"] | None = None,
-    cum_seqlens_k: Int[Array, "num_seqs_plus_1"] | None = None,
-    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+    init_bias: Callable[[], Any] | None = None,
+    normalize_output: bool = True,
+    precision: Any = jax.lax.Precision.DEFAULT,
+    logits_dtype: Any = jnp.float32,
 ) -> Float[Array, "batch seq_q num_heads value_head_dim"]:
-    """The parameters shared by the dense attention ops (declared once; see ``flash_attention``)."""
+    """The parameters shared by the dense attention ops (declared once; see ``flash_attention``).
+
+    The arrays come first and may be passed by position, in the order earlier ejkernel releases
+    documented (``query, key, value, bias, cum_seqlens_q, cum_seqlens_k, softmax_aux``).
+    """
     raise NotImplementedError
+
+
+def bind_compat_options(op: str, p: dict[str, Any]) -> None:
+    """The options earlier ejkernel releases took that change nothing here, checked to be the
+    values that make them no-ops (anything else is an error saying what to use), and
+    ``init_bias`` (a callable making ``bias``). Removes them from ``p``."""
+    init_bias = p.pop("init_bias", None)
+    if init_bias is not None:
+        if not callable(init_bias):
+            raise TypeError(f"{op}: init_bias must be a callable returning the bias, got {type(init_bias).__name__}")
+        if p.get("bias") is not None:
+            raise ValueError(f"{op}: pass bias or init_bias, not both")
+        p["bias"] = init_bias()
+    if p.pop("normalize_output", True) is not True:
+        raise ValueError(
+            f"{op}: normalize_output must be True: the kernels return the normalized softmax output only "
+            "(for partial results to merge, use the log-sum-exp protocol of ejkernel.ops.families.attention)"
+        )
+    precision = p.pop("precision", None)
+    if precision is not None and str(precision).split(".")[-1].upper() not in ("DEFAULT", "0"):
+        raise ValueError(
+            f"{op}: precision={precision!r} is not supported: the kernels multiply in the inputs' dtype with "
+            "float32 accumulation (precision=DEFAULT); for full float32 products use float32 inputs with "
+            "scaled_dot_product_attention under jax.default_matmul_precision('highest')"
+        )
+    logits_dtype = p.pop("logits_dtype", None)
+    if logits_dtype is not None:
+        try:
+            ok = jnp.dtype(logits_dtype) == jnp.float32
+        except TypeError:
+            raise TypeError(f"{op}: logits_dtype must be a dtype, got {logits_dtype!r}") from None
+        if not ok:
+            raise ValueError(
+                f"{op}: logits_dtype must be float32 (the kernels keep logits in float32), got {jnp.dtype(logits_dtype).name}"
+            )
 
 
 class AttentionOp(Op):
@@ -333,6 +390,16 @@ class AttentionOp(Op):
     args_cls = AttentionArgs
     output_axes = ("batch", "seq_q", "num_heads", "value_head_dim")
     features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
+
+    def bind(self, params: dict[str, Any]) -> Args:
+        seed = params.get("dropout_seed")
+        if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            if seed.ndim != 0:
+                raise ValueError(
+                    f"{self.name}: dropout_seed as a jax.random key must be one key, got shape {seed.shape}"
+                )
+            params = {**params, "dropout_seed": jax.random.bits(seed, dtype=jnp.uint32)}
+        return super().bind(params)
 
     def canonicalize(self, params: dict[str, Any]) -> AttentionArgs:
         return bind_attention(self.name, params)

@@ -41,7 +41,7 @@ def flash_attention():
             :func:`ejkernel.checks` on. Unchecked, a bad value gives undefined results (wrong
             sequence boundaries; a GPU kernel may read past the sequence).
         cum_seqlens_k: the same for keys; defaults to ``cum_seqlens_q`` when ``seq_q == seq_k``.
-        softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``: they
+        softmax_aux: attention-sink logits ``[num_heads]`` (one per head), ``[num_sinks]`` (any other length: shared by every head) or ``[num_heads, num_sinks]``: they
             join each row's softmax denominator and carry no value. Differentiable.
         platform: ``"auto"`` (default) or the implementation to use; an explicit one that
             declines raises :class:`~ejkernel.errors.UnsupportedError` with its reason.

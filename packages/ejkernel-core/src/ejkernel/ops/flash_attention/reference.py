@@ -118,8 +118,8 @@ def attention_reference(
         if mask_info.q_segment_ids is not None:
             qs, ks = mask_info.q_segment_ids, mask_info.kv_segment_ids
             pair = ((qs[:, :, None] == ks[:, None, :]) & (qs[:, :, None] >= 0))[:, None]
-        if mask_info.attention_mask is not None:
-            m = mask_info.attention_mask
+        if mask_info.stored_attention_mask is not None:
+            m = mask_info.stored_attention_mask
             pair = m if pair is None else pair & m
     seed = None if dropout_prob == 0 else jnp.asarray(dropout_seed).astype(jnp.uint32)
     common = dict(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from jaxtyping import Array, Float, Int
 
 from ..executor import define
@@ -22,6 +24,15 @@ def page_attention(
     logits_soft_cap: float | None = None,
     sliding_window: int | tuple[int, int] | None = None,
     softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+    cache_layout: Literal["auto", "blocks_tokens_heads", "blocks_heads_tokens"] = "auto",
+    attn_scale: float | None = None,
+    attn_logits_soft_cap: float | None = None,
+    num_splits: int | None = None,
+    pages_per_compute_block: int | None = None,
+    max_context_len: int | None = None,
+    mask_value: float | None = None,
+    megacore_mode: str | None = None,
+    inline_seq_dim: bool = True,
 ) -> Float[Array, "batch num_heads value_head_dim"] | Float[Array, "batch 1 num_heads value_head_dim"]:
     """Attention of one new token per sequence over a paged KV cache (decode).
 
@@ -45,7 +56,19 @@ def page_attention(
         logits_soft_cap: ``cap · tanh(logits / cap)``.
         sliding_window: ``w`` or ``(left, right)``: attend only the last ``left + 1`` tokens
             (``right`` has no effect: no cached token follows the query).
-        softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``.
+        softmax_aux: attention-sink logits ``[num_heads]`` (one per head), ``[num_sinks]`` (any other length: shared by every head) or ``[num_heads, num_sinks]``.
+        cache_layout: ``"blocks_tokens_heads"`` (``[num_blocks, block_size, num_kv_heads, dim]``,
+            this library's) or ``"blocks_heads_tokens"`` (``[num_blocks, num_kv_heads,
+            block_size, dim]``, earlier ejkernel releases'; transposed once per call). ``"auto"``
+            (default) reads it from the shapes when only one layout fits (its kv heads must
+            divide ``num_heads``) and asks for it otherwise.
+        attn_scale, attn_logits_soft_cap: earlier names of ``softmax_scale``, ``logits_soft_cap``.
+        num_splits, pages_per_compute_block: config hints (``PageAttentionConfig.num_splits``,
+            and ``tokens_per_block = pages_per_compute_block * block_size``); ``cfg`` wins.
+        max_context_len, mask_value, megacore_mode, inline_seq_dim: accepted from earlier
+            releases and ignored: they tuned how the old kernels ran, not the result (a sequence
+            attends exactly its ``context_lens`` tokens; an empty one returns zeros whatever
+            ``mask_value``).
         platform, cfg: implementation and :class:`PageAttentionConfig`.
         mesh, in_specs, out_specs: run under ``shard_map``; heads (query heads and the caches'
             kv heads together) and batch (query, context_lens, block_tables) may be sharded.

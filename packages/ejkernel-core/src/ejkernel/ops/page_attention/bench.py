@@ -111,7 +111,7 @@ class PageAttentionBench(OpBench):
                     label=s.label(),
                     fields=dataclasses.asdict(s),
                     arrays=(q, kc, vc, lens, tables),
-                    options={},
+                    options={"cache_layout": "blocks_tokens_heads"},
                     cost=nbytes,
                     peers=case_peers,
                     check=check_fn,

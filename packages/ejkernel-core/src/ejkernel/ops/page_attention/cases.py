@@ -31,6 +31,7 @@ class PageAttentionCase:
     window: int | tuple[int, int] | None = None
     sinks: int = 0
     query_4d: bool = False
+    cache_layout: str = "blocks_tokens_heads"
 
     def with_dtype(self, dtype: str) -> PageAttentionCase:
         return dataclasses.replace(self, name=f"{self.name}-{dtype}", dtype=dtype)
@@ -48,6 +49,9 @@ _PAGE_BASE = (
     PageAttentionCase("window", context_lens=(70, 9, 40), window=12, block_size=8),
     PageAttentionCase("sinks", context_lens=(31, 0, 64), sinks=2, h=4, hk=2),
     PageAttentionCase("dv-differs", context_lens=(19, 40), d=64, dv=32, block_size=4),
+    PageAttentionCase(
+        "heads-major", context_lens=(25, 8, 64), h=8, hk=2, block_size=8, cache_layout="blocks_heads_tokens"
+    ),
 )
 CASES: tuple[PageAttentionCase, ...] = _PAGE_BASE + tuple(
     c.with_dtype("bfloat16") for c in _PAGE_BASE if c.name in ("ragged", "gqa4", "sinks")
@@ -92,7 +96,10 @@ def make_page_inputs(case: PageAttentionCase, seed: int = 0) -> dict[str, Any]:
         "block_tables": jnp.asarray(tables),
         "logits_soft_cap": case.soft_cap,
         "sliding_window": case.window,
+        "cache_layout": case.cache_layout,
     }
+    if case.cache_layout == "blocks_heads_tokens":  # earlier releases' layout
+        kw["key_cache"], kw["value_cache"] = (jnp.swapaxes(kw[n], 1, 2) for n in ("key_cache", "value_cache"))
     if case.sinks:
         kw["softmax_aux"] = jnp.asarray(rng.standard_normal((case.h, case.sinks)), dtype)
     return kw

@@ -9,7 +9,19 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from ..args import Args, ShardPlan, array, concrete, positive_float, shape_str, static, static_float, window
+from ..args import (
+    Args,
+    ShardPlan,
+    array,
+    concrete,
+    positive_float,
+    shape_str,
+    static,
+    static_bool,
+    static_float,
+    static_int,
+    window,
+)
 from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..op import Op
@@ -94,8 +106,63 @@ class PageAttention(Op):
     args_cls = PageAttentionArgs
     features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
 
+    param_aliases: ClassVar[dict[str, str]] = {"attn_scale": "softmax_scale", "attn_logits_soft_cap": "logits_soft_cap"}
+    LAYOUTS: ClassVar[tuple[str, ...]] = ("auto", "blocks_tokens_heads", "blocks_heads_tokens")
+
+    def config_hints(self, p: dict[str, Any]) -> dict[str, Any]:
+        splits = static_int(self.name, "num_splits", p.pop("num_splits", None), minimum=0)
+        pages = static_int(self.name, "pages_per_compute_block", p.pop("pages_per_compute_block", None), minimum=1)
+        hints: dict[str, Any] = {}
+        if splits:  # 0: the heuristic decides, as before
+            hints["num_splits"] = splits
+        if pages is not None:
+            cache = p.get("key_cache")
+            if not hasattr(cache, "shape") or len(cache.shape) != 4:
+                raise ValueError(f"{self.name}: pages_per_compute_block needs a 4-D key_cache")
+            hints["tokens_per_block"] = pages * int(cache.shape[self._block_axis(p)])
+        return hints
+
+    def _block_axis(self, p: dict[str, Any]) -> int:
+        return 2 if self._layout(p) == "blocks_heads_tokens" else 1
+
+    def _layout(self, p: dict[str, Any]) -> str:
+        layout = p.get("cache_layout", "auto")
+        if layout not in self.LAYOUTS:
+            raise ValueError(f"{self.name}: cache_layout must be one of {self.LAYOUTS}, got {layout!r}")
+        if layout != "auto":
+            return layout
+        q, kc = p.get("query"), p.get("key_cache")
+        if not (hasattr(q, "shape") and hasattr(kc, "shape") and len(kc.shape) == 4 and len(q.shape) in (3, 4)):
+            return "blocks_tokens_heads"  # the shape checks report what is wrong
+        h = int(q.shape[-2])
+        fits = [
+            name
+            for name, heads in (("blocks_tokens_heads", kc.shape[2]), ("blocks_heads_tokens", kc.shape[1]))
+            if heads and h % int(heads) == 0
+        ]
+        if len(fits) == 1:
+            return fits[0]
+        raise ValueError(
+            f"{self.name}: key_cache {shape_str(kc)} fits both cache layouts with {h} query heads: "
+            f"[num_blocks, block_size={kc.shape[1]}, num_kv_heads={kc.shape[2]}, dim] and "
+            f"[num_blocks, num_kv_heads={kc.shape[1]}, block_size={kc.shape[2]}, dim]; pass "
+            "cache_layout='blocks_tokens_heads' or 'blocks_heads_tokens'"
+        )
+
     def canonicalize(self, p: dict[str, Any]) -> PageAttentionArgs:
         op = self.name
+        layout = self._layout(p)
+        # Documented no-ops (see the function's docstring), type-checked all the same.
+        static_int(op, "max_context_len", p.pop("max_context_len", None), minimum=0)
+        static_float(op, "mask_value", p.pop("mask_value", None), positive=False)
+        static_bool(op, "inline_seq_dim", p.pop("inline_seq_dim", True))
+        mode = p.pop("megacore_mode", None)
+        if mode is not None and not isinstance(mode, str):
+            raise TypeError(f"{op}: megacore_mode must be a str or None, got {type(mode).__name__}")
+        p.pop("cache_layout", None)
+        if layout == "blocks_heads_tokens":
+            p["key_cache"] = jnp.swapaxes(p["key_cache"], 1, 2)
+            p["value_cache"] = jnp.swapaxes(p["value_cache"], 1, 2)
         q = p["query"]
         had_seq = q.ndim == 4
         if had_seq:
@@ -109,8 +176,10 @@ class PageAttention(Op):
         if scale is None:
             scale = 1.0 / math.sqrt(int(q.shape[2])) if q.shape[2] else 1.0
         aux = p.get("softmax_aux")
-        if aux is not None and aux.ndim == 1:  # [num_heads] → [num_heads, 1]; the record checks num_heads
-            aux = aux[:, None]
+        if aux is not None and aux.ndim == 1:
+            # [num_heads]: one sink per head; any other length: [num_sinks] shared by every head.
+            h = int(q.shape[-2])
+            aux = aux[:, None] if aux.shape[0] == h else jnp.broadcast_to(aux[None, :], (h, aux.shape[0]))
         return PageAttentionArgs.build(op, p, query=q, softmax_aux=aux, softmax_scale=scale, query_had_seq_axis=had_seq)
 
     def value_rules(self, a: PageAttentionArgs) -> list[ValueRule]:

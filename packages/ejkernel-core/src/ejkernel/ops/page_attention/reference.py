@@ -25,10 +25,15 @@ def page_attention_reference(
     logits_soft_cap: float | None = None,
     sliding_window: int | tuple[int, int] | None = None,
     softmax_aux: Any = None,
+    cache_layout: str = "blocks_tokens_heads",
     dtype: Any = jnp.float32,
     precision: Any = HIGHEST,
 ) -> jax.Array:
-    """The reference of ``page_attention``: gather each sequence's pages, then dense attention."""
+    """The reference of ``page_attention``: gather each sequence's pages, then dense attention.
+
+    ``cache_layout="blocks_heads_tokens"``: caches ``[num_blocks, num_kv_heads, block_size, dim]``."""
+    if cache_layout == "blocks_heads_tokens":
+        key_cache, value_cache = jnp.swapaxes(key_cache, 1, 2), jnp.swapaxes(value_cache, 1, 2)
     squeeze = query.ndim == 3
     q = query if squeeze else query[:, 0]
     lens = np.asarray(context_lens)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import jax
 from jaxtyping import Array, Float
 
 from ...types.mask_info import MaskInfo
@@ -19,6 +20,8 @@ def ring_attention(
     key: Float[Array, "batch seq_k num_kv_heads head_dim"],
     value: Float[Array, "batch seq_k num_kv_heads value_head_dim"],
     bias: Float[Array, "..."] | None = None,
+    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
+    dropout_rng: Any = None,
     *,
     axis_name: str | tuple[str, ...],
     mask_info: MaskInfo | None = None,
@@ -26,8 +29,19 @@ def ring_attention(
     sliding_window: int | tuple[int, int] | None = None,
     logits_soft_cap: float | None = None,
     softmax_scale: float | None = None,
-    softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
     layout: Literal["contiguous", "zigzag"] = "contiguous",
+    query_chunk_size: int | None = None,
+    key_chunk_size: int | None = None,
+    causal_block_size: int | None = None,
+    deterministic: bool = True,
+    pdrop: float = 0.0,
+    float32_logits: bool = True,
+    policy: Any = None,
+    prevent_cse: bool = True,
+    precision: Any = jax.lax.Precision.DEFAULT,
+    dtype: Any = None,
+    cache_idx: Any = None,
+    attention_sink_size: int = 0,
 ) -> Float[Array, "batch seq_q num_heads value_head_dim"]:
     """Exact attention with the sequence sharded over a mesh axis: keys and values travel a ring.
 
@@ -59,12 +73,22 @@ def ring_attention(
             ``AttentionArgs.position_offset``.
         logits_soft_cap: ``cap · tanh(logits / cap)``, before ``bias``.
         softmax_scale: multiplies ``q kᵀ``; default ``1/sqrt(head_dim)``.
-        softmax_aux: attention-sink logits ``[num_heads]`` or ``[num_heads, num_sinks]``; they join
+        softmax_aux: attention-sink logits ``[num_heads]`` (one per head), ``[num_sinks]`` (any other length: shared by every head) or ``[num_heads, num_sinks]``; they join
             each row's denominator once. Differentiable.
         layout: how the sequence is split over ``axis_name``: ``"contiguous"`` (device ``r`` holds
             the ``r``-th slice) or ``"zigzag"`` (device ``r`` holds chunks ``r`` and ``2P - 1 - r``
             of ``2P``, see :func:`zigzag_permute`), which balances the causal work across devices.
             Every array indexed by the sequence must be in this layout; so is the output.
+        dropout_rng, pdrop, deterministic: earlier releases' dropout; ``pdrop > 0`` with
+            ``deterministic=False`` is refused (the ring has no dropout), otherwise ignored.
+        query_chunk_size, key_chunk_size: config hints: the inner kernel's forward
+            ``q_blocksize`` / ``kv_blocksize`` (an explicit ``cfg`` wins).
+        causal_block_size, float32_logits, policy, prevent_cse, dtype: accepted from earlier
+            releases and ignored: logits are always float32, the backward is the ring's own (no
+            rematerialization policy), and the output has the query's dtype.
+        precision: ``DEFAULT`` only, as in ``flash_attention``.
+        cache_idx, attention_sink_size: refused when set (use ``page_attention`` for decoding
+            into a cache, ``softmax_aux`` for learned sinks).
         platform: ``"auto"`` or the platform of the inner flash-attention kernel.
         cfg: a :class:`RingAttentionConfig` (the inner kernel's tiling).
         mesh, in_specs, out_specs: run under ``jax.shard_map`` on ``mesh``: ``in_specs`` are the

@@ -12,9 +12,20 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from ...types.mask_info import MaskInfo
-from ..args import ShardPlan, array, as_array, mesh_axis_size, shape_str, static
+from ..args import (
+    ShardPlan,
+    array,
+    as_array,
+    mesh_axis_size,
+    shape_str,
+    static,
+    static_bool,
+    static_float,
+    static_int,
+)
 from ..families.attention import _NOT_SHARDED, AttentionArgs, AttentionConfig, AttentionOp, bind_attention
 from .layout import LAYOUTS
 
@@ -74,6 +85,37 @@ def _check_axis_name(op: str, axis_name: Any) -> Any:
     raise TypeError(f"{op}: axis_name must be a mesh axis name (a str) or a tuple of them, got {axis_name!r}")
 
 
+def _earlier_options(op: str, p: dict[str, Any]) -> None:
+    """Earlier releases' blockwise-ring options: checked, then removed (see the docstring)."""
+    pdrop = static_float(op, "pdrop", p.pop("pdrop", 0.0), positive=False, allow_none=False)
+    deterministic = static_bool(op, "deterministic", p.pop("deterministic", True))
+    p.pop("dropout_rng", None)
+    if pdrop and not deterministic:
+        raise ValueError(f"{op}: dropout (pdrop={pdrop}, deterministic=False) is not supported by the ring")
+    static_int(op, "causal_block_size", p.pop("causal_block_size", None), minimum=1)
+    static_bool(op, "float32_logits", p.pop("float32_logits", True))
+    static_bool(op, "prevent_cse", p.pop("prevent_cse", True))
+    policy = p.pop("policy", None)
+    if policy is not None and not callable(policy):
+        raise TypeError(
+            f"{op}: policy must be a jax.checkpoint policy (a callable) or None, got {type(policy).__name__}"
+        )
+    dtype = p.pop("dtype", None)
+    if dtype is not None:
+        try:
+            jnp.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"{op}: dtype must be a dtype, got {dtype!r}") from None
+    if p.pop("cache_idx", None) is not None:
+        raise ValueError(f"{op}: cache_idx (decoding into a cache) is not supported; use ejkernel.page_attention")
+    sinks = static_int(op, "attention_sink_size", p.pop("attention_sink_size", 0), minimum=0)
+    if sinks:
+        raise ValueError(
+            f"{op}: attention_sink_size={sinks} (always-attended first tokens) is not supported; "
+            "use softmax_aux for learned sink logits"
+        )
+
+
 def bound_axis_size(axis_name: Any) -> int | None:
     """The size of ``axis_name`` when called inside ``shard_map`` over it, else ``None``."""
     try:
@@ -90,9 +132,24 @@ class RingAttention(AttentionOp):
     config_cls = RingAttentionConfig
     args_cls = RingAttentionArgs
 
+    def bind(self, params: dict[str, Any]) -> Any:
+        bias, aux = params.get("bias"), params.get("softmax_aux")
+        if getattr(bias, "ndim", None) == 1 or getattr(aux, "ndim", None) == 4:
+            # Earlier 2026 releases' order (query, key, value, softmax_aux, bias), told apart by rank.
+            params = {**params, "bias": aux, "softmax_aux": bias}
+        return super().bind(params)
+
+    def config_hints(self, params: dict[str, Any]) -> dict[str, Any]:
+        op = self.name
+        q = static_int(op, "query_chunk_size", params.pop("query_chunk_size", None), minimum=1)
+        k = static_int(op, "key_chunk_size", params.pop("key_chunk_size", None), minimum=1)
+        fwd = {n: v for n, v in (("q_blocksize", q), ("kv_blocksize", k)) if v is not None}
+        return {"fwd_params": fwd} if fwd else {}
+
     def canonicalize(self, params: dict[str, Any]) -> RingAttentionArgs:
         op = self.name
         params = dict(params)
+        _earlier_options(op, params)
         axis_name = _check_axis_name(op, params.pop("axis_name", None))
         layout = params.pop("layout", "contiguous")
         if layout not in LAYOUTS:
@@ -103,8 +160,8 @@ class RingAttention(AttentionOp):
         n = bound_axis_size(axis_name)
         sk_all = sk * (n or 1)
         mi = params.get("mask_info")
-        if isinstance(mi, MaskInfo) and mi.attention_mask is not None:
-            mask = as_array(op, "mask_info attention_mask", mi.attention_mask, ndim=4)
+        if isinstance(mi, MaskInfo) and mi.stored_attention_mask is not None:
+            mask = as_array(op, "mask_info attention_mask", mi.stored_attention_mask, ndim=4)
             if tuple(int(d) for d in mask.shape[2:]) != (sq, sk_all):
                 raise ValueError(
                     f"{op}: mask_info attention_mask {shape_str(mask)} must be [batch or 1, num_heads or 1, seq_q, "

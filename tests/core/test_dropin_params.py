@@ -1,0 +1,189 @@
+"""Earlier ejkernel releases' parameters (../shared/spec/signatures.md) on the ops of this library:
+positional arrays in the documented order, renamed parameters, options that are no-ops here (and
+the errors for values that would not be), config hints, both page-cache layouts, dropout seeds."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ejkernel
+from ejkernel.ops import record_dispatches
+from ejkernel.testing.references import attention_reference, page_attention_reference
+
+
+def normal(seed, shape):
+    return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+
+
+def close(a, b, tol=2e-5):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+@pytest.fixture
+def qkv():
+    return normal(0, (1, 37, 4, 16)), normal(1, (1, 37, 2, 16)), normal(2, (1, 37, 2, 16))
+
+
+@pytest.mark.parametrize(
+    "op", [ejkernel.flash_attention, ejkernel.scaled_dot_product_attention], ids=lambda f: f.__name__
+)
+def test_arrays_by_position_in_the_documented_order(op, qkv):
+    q, k, v = qkv
+    bias = normal(3, (1, 4, 37, 37))
+    cu = jnp.array([0, 11, 30], jnp.int32)
+    aux = normal(4, (4,))
+    by_name = op(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
+    by_position = op(q, k, v, bias, cu, cu, aux, causal=True)
+    close(by_position, by_name, 0)
+    ref = attention_reference(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
+    close(by_position, ref, 1e-4)
+
+
+@pytest.mark.parametrize(
+    "op", [ejkernel.flash_attention, ejkernel.scaled_dot_product_attention], ids=lambda f: f.__name__
+)
+def test_init_bias_and_the_no_op_options(op, qkv):
+    q, k, v = qkv
+    bias = normal(3, (1, 1, 37, 37))
+    out = op(q, k, v, init_bias=lambda: bias)
+    close(out, op(q, k, v, bias))
+    same = op(q, k, v, bias, normalize_output=True, precision=jax.lax.Precision.DEFAULT, logits_dtype=jnp.float32)
+    close(same, out, 0)
+    with pytest.raises(ValueError, match="bias or init_bias, not both"):
+        op(q, k, v, bias, init_bias=lambda: bias)
+    with pytest.raises(TypeError, match="init_bias must be a callable"):
+        op(q, k, v, init_bias=bias)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"normalize_output": False}, "normalize_output must be True"),
+        ({"precision": jax.lax.Precision.HIGHEST}, "precision=.*HIGHEST is not supported"),
+        ({"logits_dtype": jnp.bfloat16}, "logits_dtype must be float32 .* got bfloat16"),
+        ({"logits_dtype": "not-a-dtype"}, "logits_dtype must be a dtype"),
+    ],
+)
+def test_options_that_would_change_the_result_are_errors(qkv, option, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        ejkernel.flash_attention(*qkv, **option)
+
+
+def test_dropout_without_a_seed(qkv):
+    """Eager: a fresh seed per call (a new mask), as earlier releases did. Under jit a seed is
+    required (no hidden randomness in a traced function); a jax.random key is a seed."""
+    q, k, v = qkv
+    a = ejkernel.flash_attention(q, k, v, dropout_prob=0.3)
+    b = ejkernel.flash_attention(q, k, v, dropout_prob=0.3)
+    assert not np.array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match=r"under jit needs dropout_seed .*jax\.random key"):
+        jax.jit(lambda q: ejkernel.flash_attention(q, k, v, dropout_prob=0.3))(q)
+    key = jax.random.key(7)
+    f = jax.jit(lambda q, key: ejkernel.flash_attention(q, k, v, dropout_prob=0.3, dropout_seed=key))
+    close(f(q, key), f(q, key), 0)
+    close(f(q, key), ejkernel.flash_attention(q, k, v, dropout_prob=0.3, dropout_seed=jax.random.bits(key)), 0)
+    with pytest.raises(ValueError, match="must be one key"):
+        ejkernel.flash_attention(q, k, v, dropout_prob=0.3, dropout_seed=jax.random.split(key, 2))
+
+
+# -- page_attention ---------------------------------------------------------------------------------
+
+
+def paged(h=8, hk=2, block_size=16, d=32):
+    rng = np.random.default_rng(0)
+    num_blocks, max_blocks = 12, 4
+    kc = normal(5, (num_blocks, block_size, hk, d))
+    vc = normal(6, (num_blocks, block_size, hk, d))
+    q = normal(7, (3, h, d))
+    tables = jnp.asarray(rng.permutation(num_blocks).reshape(3, max_blocks), jnp.int32)
+    lens = jnp.array([5, 64, 33], jnp.int32)
+    return q, kc, vc, lens, tables
+
+
+def test_page_cache_layouts():
+    q, kc, vc, lens, tables = paged()  # 8 query heads, block 16, 2 kv heads: only one reading fits
+    ref = page_attention_reference(q, kc, vc, lens, tables)
+    kc_t, vc_t = jnp.swapaxes(kc, 1, 2), jnp.swapaxes(vc, 1, 2)  # [blocks, kv_heads, block_size, dim]
+    close(ejkernel.page_attention(q, kc, vc, lens, tables), ref, 1e-4)
+    close(ejkernel.page_attention(q, kc_t, vc_t, lens, tables), ref, 1e-4)  # detected
+    close(ejkernel.page_attention(q, kc_t, vc_t, lens, tables, cache_layout="blocks_heads_tokens"), ref, 1e-4)
+    # 8 query heads over [blocks, 4, 2, dim]: 2 and 4 both divide 8, so both readings fit: asked, never guessed.
+    q, kc, vc, lens, tables = paged(h=8, hk=2, block_size=4)
+    with pytest.raises(ValueError, match=r"fits both cache layouts .* pass cache_layout="):
+        ejkernel.page_attention(q, kc, vc, lens[:3] // 4, tables)
+    out = ejkernel.page_attention(q, kc, vc, lens // 4, tables, cache_layout="blocks_tokens_heads")
+    close(out, page_attention_reference(q, kc, vc, lens // 4, tables), 1e-4)
+    with pytest.raises(ValueError, match="cache_layout must be one of"):
+        ejkernel.page_attention(q, kc, vc, lens // 4, tables, cache_layout="nhd")
+
+
+def test_page_earlier_names_hints_and_no_ops():
+    q, kc, vc, lens, tables = paged()
+    want = ejkernel.page_attention(q, kc, vc, lens, tables, softmax_scale=0.3, logits_soft_cap=5.0)
+    got = ejkernel.page_attention(q, kc, vc, lens, tables, attn_scale=0.3, attn_logits_soft_cap=5.0)
+    close(got, want, 0)
+    with pytest.raises(ValueError, match="pass softmax_scale or its earlier name attn_scale, not both"):
+        ejkernel.page_attention(q, kc, vc, lens, tables, attn_scale=0.3, softmax_scale=0.3)
+    with record_dispatches() as log:
+        hinted = ejkernel.page_attention(
+            q, kc, vc, lens, tables, num_splits=0, pages_per_compute_block=2, max_context_len=64,
+            mask_value=-1e30, megacore_mode="kv_head", inline_seq_dim=False,
+        )  # fmt: skip
+    close(hinted, ejkernel.page_attention(q, kc, vc, lens, tables), 1e-5)
+    assert log[0].config.tokens_per_block == 2 * 16  # pages_per_compute_block × block_size
+    with record_dispatches() as log:
+        ejkernel.page_attention(
+            q, kc, vc, lens, tables, pages_per_compute_block=2, cfg=ejkernel.PageAttentionConfig(tokens_per_block=16)
+        )
+    assert log[0].config.tokens_per_block == 16  # the explicit cfg wins over the hint
+    with pytest.raises(TypeError, match="megacore_mode must be a str"):
+        ejkernel.page_attention(q, kc, vc, lens, tables, megacore_mode=3)
+
+
+def test_one_dimensional_sinks_of_another_length_are_shared_by_every_head(qkv):
+    """Earlier releases' ``softmax_aux[num_sinks]``; a length equal to num_heads stays one sink per head."""
+    q, k, v = qkv
+    aux = normal(8, (3,))
+    shared = ejkernel.flash_attention(q, k, v, softmax_aux=aux)
+    close(shared, ejkernel.flash_attention(q, k, v, softmax_aux=jnp.broadcast_to(aux, (4, 3))), 0)
+    per_head = normal(9, (4,))
+    close(
+        ejkernel.flash_attention(q, k, v, softmax_aux=per_head),
+        ejkernel.flash_attention(q, k, v, softmax_aux=per_head[:, None]),
+        0,
+    )
+
+
+# -- ring_attention ---------------------------------------------------------------------------------
+
+
+def test_ring_earlier_blockwise_parameters():
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("sp",))
+    q, k, v = normal(0, (1, 64, 4, 16)), normal(1, (1, 64, 2, 16)), normal(2, (1, 64, 2, 16))
+    aux = normal(3, (4,))
+    run = {"axis_name": "sp", "causal": True, "mesh": mesh, "in_specs": (P(None, "sp", None, None),) * 3}
+    want = ejkernel.ring_attention(q, k, v, softmax_aux=aux, **run)
+    with record_dispatches() as log:
+        old = ejkernel.ring_attention(
+            q, k, v, None, aux, jax.random.key(0), query_chunk_size=16, key_chunk_size=32, causal_block_size=8,
+            deterministic=True, pdrop=0.1, float32_logits=True, policy=jax.checkpoint_policies.nothing_saveable,
+            prevent_cse=True, precision=jax.lax.Precision.DEFAULT, dtype=jnp.float32, **run,
+        )  # fmt: skip
+    close(old, want, 1e-5)
+    fwd = log[0].config.fwd_params
+    assert (fwd.q_blocksize, fwd.kv_blocksize) == (16, 32)  # the chunk sizes became config hints
+    close(ejkernel.ring_attention(q, k, v, aux, **run), want, 0)  # 2026 order: softmax_aux 4th, told by rank
+    for option, message in [
+        ({"pdrop": 0.1, "deterministic": False}, "dropout .* is not supported"),
+        ({"cache_idx": 3}, "cache_idx .* use ejkernel.page_attention"),
+        ({"attention_sink_size": 4}, "use softmax_aux"),
+        ({"precision": jax.lax.Precision.HIGHEST}, "precision=.*HIGHEST is not supported"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ejkernel.ring_attention(q, k, v, **run, **option)
