@@ -251,3 +251,19 @@ def test_second_process_reuses_the_tuned_config(tmp_path):
     assert len(entries) == 1
     (rec,) = entries.values()
     assert rec["op"] == "flash_attention" and rec["impl"] == "xla" and rec["tuning_seconds"] > 0
+
+
+def test_forbid_reautotune(tunable_executor):
+    """Earlier releases' ``forbid_reautotune``: a key this chain tuned is not tuned twice (after its
+    memory entry is cleared, asking again is an error); with it off, it is tuned again."""
+    chain = tunable_executor.chain
+    chain.persistent = None
+    with policy(autotune=True, autotune_repeats=2):
+        _, d = call(tunable_executor, *qkv(seq=43))
+        assert d.tier is Tier.AUTOTUNE
+        chain.cache.clear()
+        with pytest.raises(RuntimeError, match="Re-autotune requested"):
+            call(tunable_executor, *qkv(seq=43))
+        chain.forbid_reautotune = False
+        _, d = call(tunable_executor, *qkv(seq=43))
+        assert d.tier is Tier.AUTOTUNE

@@ -373,6 +373,7 @@ def test_tuning_fields():
         "num_splits": 2,
         "num_warps": None,
         "num_stages": None,
+        "pages_per_compute_block": None,
     }
     # the same tuning on two platforms
     a = dataclasses.replace(FULL, platform="triton", backend="gpu")
@@ -394,8 +395,8 @@ def test_page_config_num_splits_valid(n):
     assert PageAttentionConfig(num_splits=n).num_splits == n
 
 
-@pytest.mark.parametrize("n, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError)])
-def test_page_config_num_splits_invalid(n, error):
+@pytest.mark.parametrize("n, error", [(-1, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_page_config_num_splits_invalid(n, error):  # 0 is valid: "the implementation decides"
     with pytest.raises(error, match="num_splits"):
         PageAttentionConfig(num_splits=n)
 
@@ -421,7 +422,15 @@ def test_page_config_declares_its_own_tile_fields():
 )
 def test_page_config_round_trip(cfg):
     d = cfg.to_dict()
-    assert set(d) == {"platform", "backend", "tokens_per_block", "num_splits", "num_warps", "num_stages"}
+    assert set(d) == {
+        "platform",
+        "backend",
+        "tokens_per_block",
+        "num_splits",
+        "num_warps",
+        "num_stages",
+        "pages_per_compute_block",
+    }
     back = PageAttentionConfig.from_dict(json.loads(json.dumps(d)))
     assert back == cfg
     assert hash(back) == hash(cfg)
@@ -429,7 +438,7 @@ def test_page_config_round_trip(cfg):
 
 def test_page_config_from_bad_dict():
     with pytest.raises(ValueError, match="num_splits"):
-        PageAttentionConfig.from_dict({"num_splits": 0})
+        PageAttentionConfig.from_dict({"num_splits": -1})
     with pytest.raises(ValueError, match="unknown fields"):
         PageAttentionConfig.from_dict({"bwd_params": {}})
 

@@ -187,3 +187,121 @@ def test_ring_earlier_blockwise_parameters():
     ]:
         with pytest.raises(ValueError, match=message):
             ejkernel.ring_attention(q, k, v, **run, **option)
+
+
+# -- the plain ``attention`` op: (output, attention_weights) --------------------------------------
+
+
+def test_attention_returns_output_and_weights(qkv):
+    q, k, v = qkv
+    bias = normal(3, (1, 4, 37, 37))
+    out, w = ejkernel.attention(q, k, v, bias, causal=True, dtype=jnp.float32)
+    ref_out, ref_w = ejkernel.ops.get_op("attention").get_reference()(q, k, v, bias, causal=True)
+    assert out.shape == (1, 37, 4, 16) and w.shape == (1, 4, 37, 37)
+    close(out, ref_out, 1e-5)
+    close(w, ref_w, 1e-5)
+    close(w.sum(-1), jnp.ones((1, 4, 37)), 1e-5)  # rows are distributions...
+    assert float(jnp.abs(jnp.triu(w[0, 0], 1)).max()) == 0.0  # ...over the causal keys only
+    # The same output as the other dense ops, and the weights in `dtype` (bfloat16 by default).
+    close(out, ejkernel.scaled_dot_product_attention(q, k, v, bias, causal=True), 1e-5)
+    out16, w16 = ejkernel.attention(q, k, v, bias, causal=True)
+    assert out16.dtype == w16.dtype == jnp.bfloat16
+    assert isinstance(ejkernel.modules.Attention(), ejkernel.ops.Op)
+    assert ejkernel.modules.attention is ejkernel.attention
+
+
+def test_attention_fully_masked_rows_have_zero_weights(qkv):
+    q, k, v = qkv
+    seg = jnp.where(jnp.arange(37) < 30, 0, 1)[None]
+    kv_seg = jnp.zeros((1, 37), jnp.int32)  # no key has segment 1: rows 30.. attend nothing
+    mi = ejkernel.types.MaskInfo.from_segments(seg, kv_seg)
+    out, w = ejkernel.attention(q, k, v, mask_info=mi, dtype=jnp.float32)
+    assert float(jnp.abs(w[:, :, 30:]).max()) == 0.0 and float(jnp.abs(out[:, 30:]).max()) == 0.0
+    close(w[:, :, :30].sum(-1), jnp.ones((1, 4, 30)), 1e-5)
+
+
+def test_attention_dropout_follows_deterministic_and_dropout_rng(qkv):
+    q, k, v = qkv
+    key = jax.random.key(7)
+    plain, _ = ejkernel.attention(q, k, v, dropout_prob=0.5, dtype=jnp.float32)  # deterministic=True: no dropout
+    close(plain, ejkernel.attention(q, k, v, dtype=jnp.float32)[0], 0)
+    o1, w1 = ejkernel.attention(q, k, v, None, key, dropout_prob=0.5, deterministic=False, dtype=jnp.float32)
+    o2, _ = ejkernel.attention(q, k, v, None, key, dropout_prob=0.5, deterministic=False, dtype=jnp.float32)
+    close(o1, o2, 0)  # the key decides the mask
+    assert float(jnp.abs(o1 - plain).max()) > 1e-3
+    frac = float(jnp.mean(w1 == 0))
+    assert 0.4 < frac < 0.6, frac
+    ref_o, ref_w = ejkernel.ops.get_op("attention").get_reference()(
+        q, k, v, None, key, dropout_prob=0.5, deterministic=False
+    )
+    close(o1, ref_o, 1e-5)
+    close(w1, ref_w, 1e-5)
+    with pytest.raises(ValueError, match="dropout_seed"):
+        jax.jit(lambda q: ejkernel.attention(q, k, v, dropout_prob=0.5, deterministic=False)[0])(q)
+
+
+def test_attention_softmax_dtype(qkv):
+    q, k, v = qkv
+    ejkernel.attention(q, k, v, softmax_dtype=jnp.float32)
+    with pytest.raises(ValueError, match="softmax_dtype"):
+        ejkernel.attention(q, k, v, softmax_dtype=jnp.bfloat16)
+    with pytest.raises(TypeError, match="dtype"):
+        ejkernel.attention(q, k, v, dtype="not-a-dtype")
+
+
+# -- ring_attention without axis_name ------------------------------------------------------------
+
+
+def test_ring_axis_name_is_optional():
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    q, k, v = (normal(i, (2, 32, 4, 16)) for i in range(3))
+    ref = ejkernel.flash_attention(q, k, v, causal=True, platform="xla")
+    # No mesh, no axis: the sequence is local (a ring of one), as earlier releases did.
+    close(ejkernel.ring_attention(q, k, v, causal=True), ref, 1e-6)
+    # mesh + in_specs: the axis sharding the query's sequence is the ring.
+    mesh = Mesh(np.array(jax.devices()[:4]), ("sp",))
+    spec = P(None, "sp", None, None)
+    with record_dispatches() as calls:
+        out = ejkernel.ring_attention(q, k, v, causal=True, mesh=mesh, in_specs=(spec,) * 3)
+    close(out, ref, 1e-5)
+    assert calls and all(c.op == "ring_attention" for c in calls)
+    g = jax.grad(lambda q: ejkernel.ring_attention(q, k, v, causal=True, mesh=mesh, in_specs=(spec,) * 3).sum())(q)
+    close(g, jax.grad(lambda q: ref_fn(q, k, v).sum())(q), 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")
+def test_ring_under_an_ambient_mesh():
+    """Earlier releases' ``with mesh: ring_attention(q, k, v, axis_name="sp")`` on global arrays."""
+    from jax.sharding import Mesh
+
+    q, k, v = (normal(i, (2, 32, 4, 16)) for i in range(3))
+    ref = ref_fn(q, k, v)
+    mesh = Mesh(np.array(jax.devices()[:4]), ("sp",))
+    with mesh, record_dispatches() as calls:
+        out = ejkernel.ring_attention(q, k, v, axis_name="sp", causal=True)
+    close(out, ref, 1e-5)
+    assert calls[0].op == "ring_attention"
+    if hasattr(jax, "set_mesh"):
+        with jax.set_mesh(mesh):
+            out = jax.jit(lambda q: ejkernel.ring_attention(q, k, v, axis_name="sp", causal=True))(q)
+        close(out, ref, 1e-5)
+    with pytest.raises(ValueError, match="not bound"):  # no mesh has the axis
+        ejkernel.ring_attention(q, k, v, axis_name="sp", causal=True)
+
+
+def ref_fn(q, k, v):
+    return ejkernel.flash_attention(q, k, v, causal=True, platform="xla")
+
+
+def test_page_config_in_earlier_fields():
+    q, kc, vc, lens, tables = paged()
+    cfg = ejkernel.PageAttentionConfig(num_splits=0, pages_per_compute_block=2, num_warps=4, num_stages=1)
+    with record_dispatches() as log:
+        out = ejkernel.page_attention(q, kc, vc, lens, tables, cfg=cfg, platform="xla")
+    close(out, ejkernel.page_attention(q, kc, vc, lens, tables), 1e-5)
+    used = log[0].config
+    assert used.tokens_per_block == 2 * 16 and used.pages_per_compute_block is None and used.num_splits != 0
+    with pytest.raises(ValueError, match="num_splits"):
+        ejkernel.PageAttentionConfig(num_splits=-1)

@@ -695,8 +695,68 @@ def test_modules_operations_paths():
     assert configs.BaseOperationConfig is ejkernel.ops.OpConfig
     assert configs.FwdParams(blocksize_m=16) == OurFwd(q_blocksize=16)
     implemented = ", ".join(list_ops())
-    with pytest.raises(ImportError, match=rf"GLAttention is not provided: ejkernel implements the ops {implemented}"):
-        from ejkernel.modules.operations import GLAttention  # noqa: F401
-    with pytest.raises(ImportError, match=r"configs\.GLAttentionConfig is not provided: the op configs are"):
-        from ejkernel.modules.operations.configs import GLAttentionConfig  # noqa: F401
-    assert not hasattr(operations, "GLAttention")
+    with pytest.raises(ImportError, match=rf"FlashMLA is not provided: ejkernel implements the ops {implemented}"):
+        from ejkernel.modules.operations import FlashMLA  # noqa: F401
+    with pytest.raises(ImportError, match=r"configs\.FlashMLAConfig is not provided: the op configs are"):
+        from ejkernel.modules.operations.configs import FlashMLAConfig  # noqa: F401
+    assert not hasattr(operations, "FlashMLA")
+
+
+def test_the_documented_module_executor_construction(tmp_path):
+    """signatures.md 2.1: each module's Executor(ConfigSelectorChain(cache=..., policy=..., tuner=...,
+    persistent=PersistentCache("<name>")))."""
+    from ejkernel.ops import PersistentCache
+
+    events = []
+    policy = ejkernel.ops.Policy(cache_dir=tmp_path)
+    with ejkernel.ops.policy(cache_dir=tmp_path):
+        pc = PersistentCache("flash-attn")
+        assert pc.path == tmp_path / "flash-attn.json"
+    chain = ConfigSelectorChain(
+        cache=ConfigCache(),
+        policy=AutotunePolicy(allow_autotune=True, cache_miss_fallback="heuristics", validate_backward=True),
+        tuner=Tuner(warmup=5, iters=100),
+        persistent=pc,
+        on_event=lambda event, **data: events.append((event, data["op"])),
+    )
+    assert isinstance(chain.tuner, Tuner)
+    ex = Executor(chain)
+    q = jax.random.normal(jax.random.key(0), (1, 16, 2, 32))
+    with ejkernel.ops.policy(cache_dir=tmp_path):
+        out = ex(FlashAttention(), q, q, q, causal=True)
+        ex(FlashAttention(), q, q, q, causal=True)
+    assert out.shape == q.shape
+    # cache_miss_fallback="heuristics": no tuning; the heuristic (cheap: recomputed, not cached).
+    assert events == [("heuristics", "flash_attention")] * 2
+    assert policy.cache_dir == tmp_path
+    with pytest.raises(TypeError, match="policy must be"):
+        ConfigSelectorChain(policy="autotune")
+    with pytest.raises(TypeError, match="tuner or autotuner"):
+        ConfigSelectorChain(tuner=Tuner(), autotuner=Tuner())
+    assert PersistentCache(tmp_path / "x.json").path == tmp_path / "x.json"
+    assert PersistentCache("gla", path=tmp_path / "y.json").path == tmp_path / "y.json"
+
+
+def test_persistent_cache_loader_dumper(tmp_path):
+    from ejkernel.ops import PersistentCache
+
+    dumped = []
+    pc = PersistentCache(
+        "mine",
+        path=tmp_path / "c.json",
+        dumper=lambda cfg: dumped.append(cfg) or cfg.to_dict(),
+        loader=lambda d: FlashAttentionConfig.from_dict(d),
+    )
+    cfg = FlashAttentionConfig(fwd_params=OurFwd(q_blocksize=32, kv_blocksize=32))
+    assert pc.decode(pc.encode(cfg), FlashAttentionConfig) == cfg and dumped == [cfg]
+    with pytest.raises(TypeError, match="expected"):
+        PersistentCache("x", loader=lambda d: d).decode({}, FlashAttentionConfig)
+
+
+def test_executor_compile():
+    ex = Executor(ConfigSelectorChain(persistent=None))
+    q = jax.random.normal(jax.random.key(0), (1, 16, 2, 32))
+    f = ex.compile(FlashAttention(), q, q, q, causal=True, platform="xla")
+    np.testing.assert_allclose(f(q, q, q), ejkernel.flash_attention(q, q, q, causal=True, platform="xla"), atol=1e-6)
+    k2 = q * 0.5
+    np.testing.assert_allclose(f(q, k2, q), ejkernel.flash_attention(q, k2, q, causal=True, platform="xla"), atol=1e-6)

@@ -336,8 +336,13 @@ def test_argument_errors(ring_mesh, rng):
         )
     with pytest.raises(ValueError, match=r"axis_name 'sp' is not bound: call it inside jax.shard_map"):
         ejkernel.ring_attention(q, q, q, axis_name="sp")
-    with pytest.raises(TypeError, match="axis_name"):
-        ejkernel.ring_attention(q, q, q)
+    # Without axis_name, mesh or an ambient mesh the sequence is local: a ring of one is attention.
+    np.testing.assert_allclose(
+        np.asarray(ejkernel.ring_attention(q, q, q)),
+        np.asarray(ejkernel.flash_attention(q, q, q, platform="xla")),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_bias_must_span_every_key_inside_shard_map(ring_mesh, rng):

@@ -21,10 +21,12 @@ def register(registry: Any) -> None:
     from ejkernel.ops import Backend, Platform
     from ejkernel.ops.ring_attention import RingAttentionImpl
 
+    from .attention import XlaAttention
     from .flash_attention import XlaFlashAttention
     from .page_attention import XlaPageAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
 
+    registry.register("attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaAttention)
     registry.register("flash_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaFlashAttention)
     registry.register("scaled_dot_product_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(
         XlaScaledDotProductAttention

@@ -166,6 +166,28 @@ def static_bool(op: str, name: str, x: Any) -> bool:
     return bool(x)
 
 
+def ambient_mesh() -> Any:
+    """The mesh a ``with jax.set_mesh(mesh):`` (or the older ``with mesh:``) block has set (under
+    ``jit``, its abstract mesh), or ``None``."""
+    get_mesh = getattr(jax.sharding, "get_mesh", None)
+    if get_mesh is not None:
+        try:
+            mesh = get_mesh()
+        except ValueError:  # under jit: the abstract mesh (``shard_map`` takes it there)
+            mesh = jax.sharding.get_abstract_mesh()
+        except Exception:
+            mesh = None
+        if mesh is not None and getattr(mesh, "axis_names", ()):
+            return mesh
+    try:
+        from jax._src import mesh as mesh_lib  # the older ``with mesh:`` context
+
+        mesh = mesh_lib.thread_resources.env.physical_mesh
+    except Exception:
+        return None
+    return mesh if getattr(mesh, "axis_names", ()) else None
+
+
 def mesh_axis_size(mesh: Any, entry: Any) -> int:
     """Devices along a PartitionSpec entry (``None``, an axis name or a tuple of them)."""
     if entry is None:

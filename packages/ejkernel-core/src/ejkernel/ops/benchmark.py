@@ -187,10 +187,13 @@ def run(
                 rec["fraction_of_peak"] = rec["gbps"] / peak if (rec["gbps"] and peak) else None
             if trainable and bench.metric == "tflops":
                 float_args = tuple(i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating))
-                cot = jnp.asarray(np.random.default_rng(1).standard_normal(out.shape), out.dtype)
+                # An op returning several arrays (e.g. ``(out, final_state)``) is differentiated
+                # through its first one.
+                out0 = jax.tree.leaves(out)[0]
+                cot = jnp.asarray(np.random.default_rng(1).standard_normal(out0.shape), out0.dtype)
                 # The cotangent is an argument, not a closed-over constant: XLA would otherwise
                 # constant-fold its layout changes at compile time (seconds per large shape).
-                gfn = jax.grad(lambda *a, fn=fn: jnp.sum(fn(*a[:-1]) * a[-1]), argnums=float_args)
+                gfn = jax.grad(lambda *a, fn=fn: jnp.sum(jax.tree.leaves(fn(*a[:-1]))[0] * a[-1]), argnums=float_args)
                 ms_bwd = _timed(gfn, (*arrays, cot), repeats, report)
                 rec["fwdbwd_ms"] = ms_bwd
                 rec["fwdbwd_tflops"] = per_s((bench.backward_factor + 1) * case.cost, ms_bwd)

@@ -90,11 +90,42 @@ class PersistentCache:
     """The on-disk config cache (the fourth tier). See the module docstring for the format.
 
     Args:
-        path: the JSON file; by default ``configs-v<schema>.json`` in the policy's ``cache_dir``,
-            looked up at each access so a scoped policy can point elsewhere.
+        name: where the file is: a path (it contains a separator or ends in ``.json``), or a
+            name such as ``"flash-attn"`` (earlier releases' one-file-per-op form) that names
+            ``<name>.json`` in the policy's ``cache_dir``. Default: ``configs-v<schema>.json``
+            there, looked up at each access so a scoped policy can point elsewhere.
+        path: the file, by keyword (earlier releases' ``PersistentCache(opname, path=...)``).
+        loader: ``loader(dict) -> config``, instead of the config class's ``from_dict``.
+        dumper: ``dumper(config) -> dict`` (JSON-serialisable), instead of ``to_dict``.
+        cfg_type: the config class entries are read back as (default: the op's Config class).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        name: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = None,
+        loader: Any = None,
+        dumper: Any = None,
+        cfg_type: type | None = None,
+    ):
+        if name is not None and path is not None:
+            self.name: str | None = os.fspath(name)
+        else:
+            self.name = None
+        if path is None and name is not None:
+            text = os.fspath(name)
+            if os.sep in text or "/" in text or text.endswith(".json") or isinstance(name, os.PathLike):
+                path = name
+            else:
+                self.name = text
+        if self.name is not None and not self.name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"PersistentCache: {self.name!r} is neither a file path nor a plain name")
+        for what, fn in (("loader", loader), ("dumper", dumper)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"PersistentCache: {what} must be callable, got {type(fn).__name__}")
+        if cfg_type is not None and not isinstance(cfg_type, type):
+            raise TypeError(f"PersistentCache: cfg_type must be a class, got {cfg_type!r}")
+        self.loader, self.dumper, self.cfg_type = loader, dumper, cfg_type
         self._fixed_path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._snapshot: dict[str, Any] = {}
@@ -106,7 +137,27 @@ class PersistentCache:
     def path(self) -> Path:
         if self._fixed_path is not None:
             return self._fixed_path
+        if self.name is not None:
+            return current_policy().cache_dir / f"{self.name}.json"
         return current_policy().cache_dir / f"configs-v{SCHEMA_VERSION}.json"
+
+    # -- (de)serializing configs --------------------------------------------------------------
+
+    def encode(self, cfg: OpConfig) -> dict[str, Any]:
+        """A config as stored: ``dumper(cfg)`` if given, else ``cfg.to_dict()``."""
+        return dict(self.dumper(cfg)) if self.dumper is not None else cfg.to_dict()
+
+    def decode(self, data: dict[str, Any], config_cls: type[OpConfig]) -> OpConfig:
+        """A stored config back: ``loader(data)`` if given, else ``from_dict`` of ``cfg_type``
+        (default ``config_cls``)."""
+        if self.loader is not None:
+            cfg = self.loader(data)
+        else:
+            cls = self.cfg_type or config_cls
+            cfg = cls.from_dict(data) if hasattr(cls, "from_dict") else cls(**data)
+        if not isinstance(cfg, config_cls):
+            raise TypeError(f"stored config read back as {type(cfg).__name__}, expected {config_cls.__name__}")
+        return cfg
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -153,15 +153,33 @@ class Executor:
             _RECORDERS.reset(token)
         return next(d.config for d in chosen if d.op == op.name)
 
+    def compile(self, op: Any, *example_args: Any, cfg: Any = None, **options: Any) -> Any:
+        """Choose the config once, for ``example_args`` and ``options``, and return a jitted
+        function that runs ``op`` with it: ``f = executor.compile(op, q, k, v, causal=True)``,
+        then ``f(q, k, v)``. The options (keywords) are fixed at compile time; the returned
+        function takes the arrays (positionally, or array keywords). Works for ops and for
+        :class:`~ejkernel.ops.compat.Kernel` subclasses (whose ``run`` gets the config).
+        """
+        chosen = self.choose_config(op, *example_args, cfg=cfg, **options)
+        if isinstance(op, Op):
+            return jax.jit(lambda *a, **arrays: self(op, *a, cfg=chosen, **options, **arrays))
+        return jax.jit(lambda *a, **arrays: op.run(*a, cfg=chosen, **options, **arrays))
+
     def run(self, op: Op, params: dict[str, Any]) -> Any:
         """Run ``op`` with its full parameter mapping (call options included)."""
         params = dict(params)
         options = CallOptions.pop_from(params)
         hints = op.config_hints(params)
         _check_options(op, options)
+        if options.cfg is not None and isinstance(options.cfg, op.config_cls):
+            options = dataclasses.replace(options, cfg=op.canonical_config(options.cfg, params))
         if hints:
             options = dataclasses.replace(options, cfg=_with_hints(op, options.cfg, hints))
         args = op.bind(params)
+        if options.mesh is None:
+            implicit = op.implicit_sharding(args)
+            if implicit is not None:
+                options = dataclasses.replace(options, mesh=implicit[0], in_specs=implicit[1])
         if options.mesh is not None:
             return self._run_sharded(op, args, options)
         return self.dispatch(op, args, options)

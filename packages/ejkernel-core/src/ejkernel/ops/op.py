@@ -47,7 +47,10 @@ class Op:
     - ``param_aliases``: earlier parameter names mapped to the canonical ones (passing both is an error);
     - ``version``: bump it when the op's meaning changes, so cached configs are not reused;
     - ``trainable``: whether it has gradients worth timing (forward+backward tuning);
-    - ``output_axes``: the output's axis names (its default ``out_specs`` under ``mesh``);
+    - ``output_axes``: the output's axis names (its default ``out_specs`` under ``mesh``; an op
+      with a tuple output overrides :meth:`output_axes_of`);
+    - ``conformance_atol`` / ``conformance_grad_atol``: dtype name → error floor, overriding the
+      conformance suite's defaults for this op (e.g. a long recurrence in bfloat16);
     - ``features``: feature name → ``(what it means, predicate(args))``: the optional features a
       call uses (implementations declare, by these names, those they do not support).
 
@@ -62,6 +65,8 @@ class Op:
     args_cls: ClassVar[type[Args]] = Args
     trainable: ClassVar[bool] = False
     output_axes: ClassVar[tuple[str | None, ...]] = ()
+    conformance_atol: ClassVar[dict[str, float]] = {}
+    conformance_grad_atol: ClassVar[dict[str, float]] = {}
     features: ClassVar[dict[str, tuple[str, Callable[[Any], bool]]]] = {}
     # Earlier releases' parameter names → the canonical ones (both in the public signature).
     param_aliases: ClassVar[dict[str, str]] = {}
@@ -130,6 +135,16 @@ class Op:
         user's ``cfg`` sets win). Default: none."""
         return {}
 
+    def implicit_sharding(self, args: Args) -> tuple[Any, Any] | None:
+        """``(mesh, in_specs)`` a call without ``mesh=`` runs under, if the op infers one (e.g.
+        ``ring_attention`` inside ``with jax.set_mesh(mesh):``); default ``None``."""
+        return None
+
+    def canonical_config(self, cfg: OpConfig, params: dict[str, Any]) -> OpConfig:
+        """The call's ``cfg`` in canonical form, given the call's parameters (e.g. an earlier
+        release's config field converted to the current one). Default: unchanged."""
+        return cfg
+
     def value_rules(self, args: Args) -> list[ValueRule]:
         """Rules on the values of index arrays (:mod:`ejkernel.ops.checks`): checked when
         concrete, and under ``jit`` when value checks are on. Run after the shape checks."""
@@ -170,10 +185,19 @@ class Op:
         declaration; ``ValueError`` for shardings the op cannot run under)."""
         return args.shard_plan(self.name, in_specs, mesh, self.positional_arrays())
 
+    def output_axes_of(self, args: Args) -> Any:
+        """The output's axis names for this call: ``output_axes`` by default; an op whose output
+        is a tuple (e.g. ``(out, final_state)`` when ``return_state``) returns one tuple of axis
+        names per output."""
+        return self.output_axes
+
     def default_out_spec(self, args: Args, plan: ShardPlan) -> Any:
-        if not self.output_axes:
+        axes = self.output_axes_of(args)
+        if not axes:
             raise ValueError(f"{self.name}: out_specs is required with mesh")
-        return plan.spec_of(self.output_axes)
+        if isinstance(axes[0], tuple):
+            return tuple(plan.spec_of(a) for a in axes)
+        return plan.spec_of(axes)
 
     def localize(self, args: Args, plan: ShardPlan, mesh: Any) -> Args:
         """Adjust a shard's arguments inside ``shard_map`` (default: unchanged)."""

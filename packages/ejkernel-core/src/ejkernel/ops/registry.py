@@ -279,15 +279,24 @@ class KernelRegistry:
 
     def get(
         self,
-        op: str,
+        op: str | None = None,
         platform: Platform | str | None = None,
         backend: Backend | str | None = None,
+        *,
+        algorithm: str | None = None,
     ) -> KernelImpl:
         """The highest-priority implementation of ``op`` matching the filters.
 
         This does not ask the implementation whether it accepts any particular call; the
         returned object is callable like the op (``impl(q, k, v, causal=True)``), which does.
+        ``algorithm=`` is earlier releases' name for ``op``.
         """
+        if algorithm is not None:
+            if op is not None:
+                raise TypeError("kernel_registry.get: pass op or its earlier name algorithm, not both")
+            op = algorithm
+        if op is None:
+            raise TypeError("kernel_registry.get: missing the op name (e.g. get('flash_attention'))")
         impls = self._matching(op, platform, backend, current_policy())
         if not impls:
             raise NoImplementationError(op, {}, self._hint(op, platform, backend, current_policy()))

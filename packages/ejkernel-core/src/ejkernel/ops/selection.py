@@ -112,15 +112,33 @@ class ConfigSelectorChain:
 
     Args:
         cache: the in-memory cache (default: a new one).
+        policy: this chain's policy (a :class:`~ejkernel.ops.Policy`, or an earlier
+            ``AutotunePolicy``, applied over the policy in force at each call); default: the
+            policy in force.
+        tuner: what times candidates (default: :class:`Autotuner`; an earlier ``Tuner`` works);
+            ``autotuner=`` is the same parameter by its other name.
         persistent: the on-disk cache; ``"default"`` uses the policy's cache folder, ``None``
-            disables the tier for this chain.
-        autotuner: what times candidates (default: :class:`Autotuner`).
+            disables the tier for this chain; ``PersistentCache("flash-attn")`` keeps a file of
+            its own in that folder.
+        persist_autotune: store autotuned and heuristic configs in ``persistent`` (default).
+        on_event: ``on_event(event, **data)``, told of each resolution: ``"override"`` (an
+            explicit ``cfg``), ``"overlay_hit"``, ``"cache_hit"`` (``level="memory"`` or
+            ``"persistent"``), ``"autotune_start"``, ``"autotune_finish"``, ``"heuristics"``;
+            ``data`` holds ``key``, ``op`` and ``config``. An exception it raises is logged, not raised.
+        forbid_reautotune: a key this chain has tuned is not tuned again in this process (the
+            memory tier answers it; after the cache is cleared, asking again is a ``RuntimeError``).
     """
 
     def __init__(
         self,
         cache: ConfigCache | None = None,
+        policy: Any = None,
+        tuner: Autotuner | None = None,
         persistent: PersistentCache | str | None = "default",
+        persist_autotune: bool = True,
+        on_event: Any = None,
+        forbid_reautotune: bool = True,
+        *,
         autotuner: Autotuner | None = None,
     ):
         self.cache = cache if cache is not None else ConfigCache()
@@ -129,7 +147,42 @@ class ConfigSelectorChain:
         if persistent is not None and not isinstance(persistent, PersistentCache):
             raise TypeError(f"persistent must be a PersistentCache, 'default' or None, got {persistent!r}")
         self.persistent = persistent
-        self.autotuner = autotuner if autotuner is not None else Autotuner()
+        if tuner is not None and autotuner is not None:
+            raise TypeError("pass tuner or autotuner (the same parameter), not both")
+        tuner = tuner if tuner is not None else autotuner
+        if tuner is not None and not isinstance(tuner, Autotuner):
+            raise TypeError(f"tuner must be an ejkernel.ops.Autotuner (or Tuner), got {type(tuner).__name__}")
+        self.autotuner = tuner if tuner is not None else Autotuner()
+        if policy is not None and not (isinstance(policy, Policy) or hasattr(policy, "to_policy")):
+            raise TypeError(f"policy must be an ejkernel.ops.Policy or an AutotunePolicy, got {type(policy).__name__}")
+        self.policy = policy
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable, got {type(on_event).__name__}")
+        self.on_event = on_event
+        self.persist_autotune = bool(persist_autotune)
+        self.forbid_reautotune = bool(forbid_reautotune)
+        self._tuned: set[str] = set()
+
+    @property
+    def tuner(self) -> Autotuner:
+        return self.autotuner
+
+    def _policy(self, policy: Policy | None) -> Policy:
+        if policy is not None:
+            return policy
+        if self.policy is None:
+            return current_policy()
+        if isinstance(self.policy, Policy):
+            return self.policy
+        return self.policy.to_policy(current_policy())
+
+    def _event(self, event: str, **data: Any) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event, **data)
+        except Exception as e:  # a monitoring hook must not break a call
+            log.warning("ejkernel: on_event(%r) raised %s: %s", event, type(e).__name__, e)
 
     def key(self, op: Any, impl: Any, args: Any, device: DeviceInfo) -> str:
         return cache_key(device.fingerprint, op.name, op.version, impl.name, impl.version, op.describe(args))
@@ -153,18 +206,23 @@ class ConfigSelectorChain:
         explicit: OpConfig | None = None,
         policy: Policy | None = None,
     ) -> Resolution:
-        policy = policy or current_policy()
+        policy = self._policy(policy)
         key = self.key(op, impl, args, device)
         attempts: list[str] = []
 
         if explicit is not None:
-            return Resolution(self._complete(explicit, op, impl, args, device), Tier.EXPLICIT, key)
+            res = Resolution(self._complete(explicit, op, impl, args, device), Tier.EXPLICIT, key)
+            self._event("override", key=key, op=op.name, config=res.config)
+            return res
         ov = current_overlay(op.name)
         if ov is not None:
-            return Resolution(self._complete(ov, op, impl, args, device), Tier.OVERLAY, key)
+            res = Resolution(self._complete(ov, op, impl, args, device), Tier.OVERLAY, key)
+            self._event("overlay_hit", key=key, op=op.name, config=res.config)
+            return res
 
         rec = self.cache.get(key)
         if rec is not None:
+            self._event("cache_hit", level="memory", key=key, op=op.name, config=rec.config)
             return Resolution(rec.config, Tier.MEMORY, key)
         attempts.append("memory: miss")
 
@@ -174,13 +232,14 @@ class ConfigSelectorChain:
                 attempts.append(f"persistent: miss ({self.persistent.path})")
             else:
                 try:
-                    cfg = self._stamp(op.config_cls.from_dict(stored["config"]), impl)
+                    cfg = self._stamp(self.persistent.decode(stored["config"], op.config_cls), impl)
                     impl.validate_cfg(cfg, args, device)
                 except Exception as e:
                     attempts.append(f"persistent: unusable entry ({type(e).__name__}: {e})")
                     log.warning("ejkernel: ignoring cached config for %s: %s", key, e)
                 else:
                     self.cache.put(key, cfg, source="persistent", time_ms=stored.get("time_ms"))
+                    self._event("cache_hit", level="persistent", key=key, op=op.name, config=cfg)
                     return Resolution(cfg, Tier.PERSISTENT, key)
         else:
             attempts.append("persistent: disabled")
@@ -203,6 +262,7 @@ class ConfigSelectorChain:
             raise ConfigResolutionError(key, attempts) from e
         if policy.on_cache_miss == "warn":
             log.warning("ejkernel: config cache miss for %s; using the heuristic %s", key, cfg.tuning_fields())
+        self._event("heuristics", key=key, op=op.name, config=cfg)
         return Resolution(cfg, Tier.HEURISTIC, key)
 
     def _autotune(
@@ -226,13 +286,21 @@ class ConfigSelectorChain:
         if not candidates:
             attempts.append("autotune: no valid candidate")
             return None
+        if key in self._tuned and self.forbid_reautotune:
+            raise RuntimeError(
+                f"Re-autotune requested for {key}: this chain tuned it before (forbid_reautotune=True); "
+                "its result was cleared from the memory cache"
+            )
+        self._event("autotune_start", key=key, op=op.name, candidates=len(candidates))
         result = self.autotuner.tune(op, impl, args, device, candidates, policy, label=op.describe(args))
+        self._event("autotune_finish", key=key, op=op.name, config=result.best)
         log.info("ejkernel: tuned %s: %s", key, result.summary())
         if result.best is None:
             attempts.append(f"autotune: {result.summary()}")
             return None
+        self._tuned.add(key)
         self.cache.put(key, result.best, source="autotune", time_ms=result.best_ms)
-        if policy.persistent_cache and self.persistent is not None:
+        if policy.persistent_cache and self.persistent is not None and self.persist_autotune:
             self.persistent.put(
                 key,
                 {
@@ -240,7 +308,7 @@ class ConfigSelectorChain:
                     "impl": impl.name,
                     "device": device.fingerprint,
                     "config_class": type(result.best).__name__,
-                    "config": result.best.to_dict(),
+                    "config": self.persistent.encode(result.best),
                     "time_ms": result.best_ms,
                     "mode": result.mode,
                     "tuning_seconds": round(result.seconds, 3),

@@ -116,30 +116,47 @@ def check(
     ref_kw = {k: v for k, v in kw.items() if k not in CALL_OPTIONS}
 
     def call_ref(**extra: Any) -> Callable[[dict[str, Any]], Any]:
-        return lambda d: reference(**{**ref_kw, **d}, **extra)
+        # ``dtype``/``precision`` are the reference's compute dtype and precision: they replace an
+        # op option of the same name (e.g. ``attention``'s output ``dtype``) in the reference call.
+        return lambda d: reference(**{**ref_kw, **d, **extra})
 
     out = jax.jit(call(fn))(diff)
-    ref32 = jax.jit(call_ref())(diff)
+    ref32 = jax.jit(call_ref(dtype=jnp.float32))(diff)
     first = next(x for x in jax.tree.leaves(kw) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating))
-    ref_low = jax.jit(call_ref(dtype=low, precision=LOW_PRECISION))(diff).astype(first.dtype)
-    assert_close(f"{case.name}: output", out, ref32, ref_low, dtype, ATOL)
-    if ref32.ndim:
-        zero_rows = jnp.all(ref32 == 0, axis=-1)
-        if bool(zero_rows.any()) and not bool(jnp.all(jnp.where(zero_rows[..., None], out, 0) == 0)):
-            raise AssertionError(f"{case.name}: rows the reference makes zero (nothing to attend) are not exactly zero")
+    ref_low = jax.jit(call_ref(dtype=low, precision=LOW_PRECISION))(diff)
+    atol = {**ATOL, **op_cls.conformance_atol}
+    grad_atol = {**GRAD_ATOL, **op_cls.conformance_grad_atol}
+    # The output may be a pytree (e.g. ``(out, final_state)``): each leaf is checked on its own.
+    if jax.tree.structure(out) != jax.tree.structure(ref32):
+        raise AssertionError(f"{case.name}: output structure {jax.tree.structure(out)} != reference's")
+    leaves = list(zip(*(jax.tree.leaves(t) for t in (out, ref32, ref_low)), strict=True))
+    for i, (o, r32, rlow) in enumerate(leaves):
+        what = "output" if len(leaves) == 1 else f"output[{i}]"
+        assert_close(f"{case.name}: {what}", o, r32, rlow.astype(first.dtype), dtype, atol)
+        if r32.ndim:
+            zero_rows = jnp.all(r32 == 0, axis=-1)
+            if bool(zero_rows.any()) and not bool(jnp.all(jnp.where(zero_rows[..., None], o, 0) == 0)):
+                raise AssertionError(
+                    f"{case.name}: {what}: rows the reference makes zero (nothing to attend) are not exactly zero"
+                )
     if not (grads and names):
         return
 
-    cot = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(out.shape), jnp.float32)
+    rng = np.random.default_rng(seed + 1)
+    cots = [jnp.asarray(rng.standard_normal(o.shape), jnp.float32) for o, _, _ in leaves]
 
     def grads_of(f: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-        return jax.jit(jax.grad(lambda d: jnp.sum(f(d).astype(jnp.float32) * cot)))(diff)
+        def loss(d: dict[str, Any]) -> Any:
+            outs = jax.tree.leaves(f(d))
+            return sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cots, strict=True))
+
+        return jax.jit(jax.grad(loss))(diff)
 
     g = grads_of(call(fn))
-    g32 = grads_of(call_ref())
+    g32 = grads_of(call_ref(dtype=jnp.float32))
     g_low = grads_of(call_ref(dtype=low, precision=LOW_PRECISION))
     for n in names:
-        assert_close(f"{case.name}: d{n}", g[n], g32[n], g_low[n].astype(kw[n].dtype), dtype, GRAD_ATOL)
+        assert_close(f"{case.name}: d{n}", g[n], g32[n], g_low[n].astype(kw[n].dtype), dtype, grad_atol)
 
 
 def expected_decline(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -12,6 +14,12 @@ from .. import _tiles as T
 
 
 def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
+    return attend(args)[0]
+
+
+def attend(args: AttentionArgs, weights_dtype: Any = None) -> tuple[jax.Array, jax.Array]:
+    """``(output [b, sq, h, dv], weights [b, h, sq, sk])``: the weights after dropout, cast to
+    ``weights_dtype`` (default: the value's dtype) before they multiply the values."""
     # One tile spanning both sequences: the tile helpers then describe the whole problem.
     ts = T.tile_spec(args, args.seq_q, args.seq_k)
     lo, hi = key_bounds(args)
@@ -43,5 +51,7 @@ def scaled_dot_product_attention(args: AttentionArgs) -> jax.Array:
     keep = T.keep_tile(ts, ops, args.batch, 0, 0)
     if keep is not None:
         p = jnp.where(keep, p / (1.0 - args.dropout_prob), 0.0)
-    out = T.dot("bhgqk,bhkd->bhgqd", p.astype(args.value.dtype), ops.v)
-    return T.from_head_major(out).astype(args.dtype)
+    p = p.astype(weights_dtype or args.value.dtype)
+    out = T.dot("bhgqk,bhkd->bhgqd", p, ops.v)
+    b, hk, g, sq, sk = p.shape
+    return T.from_head_major(out).astype(weights_dtype or args.dtype), p.reshape(b, hk * g, sq, sk)

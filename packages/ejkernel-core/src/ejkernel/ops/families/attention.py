@@ -60,9 +60,9 @@ from .attention_math import GOLDEN
 __all__ = [
     "FEATURES",
     "AttentionArgs",
-    "AttentionConfig",
     "AttentionImpl",
     "AttentionOp",
+    "BlockAttentionConfig",
     "bind_attention",
     "bind_bias",
     "dense_attention_signature",
@@ -143,7 +143,7 @@ FEATURES: dict[str, tuple[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionConfig(OpConfig):
+class BlockAttentionConfig(OpConfig):
     """Config of a dense attention op: forward and backward tiling of its kernels.
 
     Attributes:
@@ -257,12 +257,15 @@ def _dropout_seed(op: str, prob: float, seed: Any, traced: bool) -> Any:
     return seed.astype(jnp.uint32)
 
 
-def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None) -> AttentionArgs:
+def bind_attention(
+    op: str, p: dict[str, Any], *, keys_total: int | None = None, record: type[AttentionArgs] = AttentionArgs
+) -> AttentionArgs:
     """Canonicalize dense-attention parameters (names as in ``flash_attention``), whose arrays
     :meth:`Args.precheck` has already made arrays of the right rank and kind.
 
     ``keys_total``: the number of keys a bias or pairwise mask spans (ring attention: every key
-    of the ring); default ``seq_k``.
+    of the ring); default ``seq_k``. ``record``: the record class (a subclass of
+    :class:`AttentionArgs` adding an op's own options).
     """
     bind_compat_options(op, p)
     q, k = p["query"], p["key"]
@@ -301,7 +304,7 @@ def bind_attention(op: str, p: dict[str, Any], *, keys_total: int | None = None)
         # [num_heads]: one sink per head; any other length: [num_sinks] shared by every head
         # (earlier releases' 1-D form).
         aux = aux[:, None] if aux.shape[0] == h else jnp.broadcast_to(aux[None, :], (h, aux.shape[0]))
-    return AttentionArgs.build(
+    return record.build(
         op,
         p,
         bias=bias,

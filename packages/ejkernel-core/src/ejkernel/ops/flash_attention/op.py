@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..families.attention import AttentionConfig, AttentionOp
+from ..families.attention import AttentionOp, BlockAttentionConfig
 
 __all__ = ["FlashAttention", "FlashAttentionConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
-class FlashAttentionConfig(AttentionConfig):
-    __doc__ = "Config of ``flash_attention``. " + (AttentionConfig.__doc__ or "")
+class FlashAttentionConfig(BlockAttentionConfig):
+    __doc__ = "Config of ``flash_attention``. " + (BlockAttentionConfig.__doc__ or "")
 
 
 class FlashAttention(AttentionOp):

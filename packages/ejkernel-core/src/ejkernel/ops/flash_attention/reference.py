@@ -43,7 +43,8 @@ def _dense(
     k_offset: int,
     dtype: Any,
     precision: Any,
-) -> jax.Array:
+    return_weights: bool = False,
+) -> Any:
     b, sq, h, _ = q.shape
     sk, hk = k.shape[1], k.shape[2]
     g = h // hk
@@ -80,7 +81,8 @@ def _dense(
         bh = jnp.arange(b)[:, None, None, None] * h + jnp.arange(h)[None, :, None, None]
         keep = dropout_keep_mask(dropout_seed, bh, q_offset + jnp.arange(sq)[:, None], k_offset + j, dropout_prob)
         p = jnp.where(keep, p / (1 - dropout_prob), 0)
-    return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
+    out = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
+    return (out, p) if return_weights else out
 
 
 def attention_reference(
@@ -101,8 +103,12 @@ def attention_reference(
     softmax_aux: Any = None,
     dtype: Any = jnp.float32,
     precision: Any = HIGHEST,
-) -> jax.Array:
+    return_weights: bool = False,
+) -> Any:
     """The reference of ``flash_attention`` / ``scaled_dot_product_attention`` (same arguments).
+
+    ``return_weights``: also return the attention weights ``[batch, heads, seq_q, seq_k]``
+    (after dropout), as ``(output, weights)``; dense (not varlen) calls only.
 
     ``dtype`` is the compute dtype and ``precision`` the matmul precision: float32 at HIGHEST by
     default; pass the inputs' low-precision dtype (or ``precision=DEFAULT``, which is TF32 for
@@ -133,7 +139,20 @@ def attention_reference(
         precision=precision,
     )
     if cum_seqlens_q is None:
-        return _dense(query, key, value, bias, pair, causal=causal, q_offset=0, k_offset=0, **common)
+        return _dense(
+            query,
+            key,
+            value,
+            bias,
+            pair,
+            causal=causal,
+            q_offset=0,
+            k_offset=0,
+            return_weights=return_weights,
+            **common,
+        )
+    if return_weights:
+        raise ValueError("attention_reference: return_weights needs a dense (not varlen) call")
 
     cu_q = np.asarray(cum_seqlens_q)
     cu_k = cu_q if cum_seqlens_k is None else np.asarray(cum_seqlens_k)

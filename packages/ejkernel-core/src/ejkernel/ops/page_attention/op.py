@@ -38,15 +38,19 @@ class PageAttentionConfig(OpConfig):
             loop step; Pallas: pages DMA'd per grid step × block size; CUDA: the split-K
             partition). XLA and Pallas need a multiple of the cache's block size.
         num_splits: split-K: the context is cut into this many parts reduced in a second pass
-            (CUDA: sets the partition length; ``1`` disables).
+            (CUDA: sets the partition length; ``1`` disables; ``0``, as earlier releases wrote
+            it: the implementation decides, like ``None``).
         num_warps: warps per program (GPU kernels).
         num_stages: software-pipelining depth (GPU kernels: the CUDA K/V ring's slots).
+        pages_per_compute_block: earlier releases' tile, in pages: a call turns it into
+            ``tokens_per_block = pages_per_compute_block × block_size`` (unless that is set).
     """
 
     tokens_per_block: int | None = tile()
-    num_splits: int | None = tile()
+    num_splits: int | None = tile(minimum=0)
     num_warps: int | None = tile(power_of_two=True, maximum=32)
     num_stages: int | None = tile()
+    pages_per_compute_block: int | None = tile()
 
 
 class PageAttentionArgs(
@@ -121,6 +125,19 @@ class PageAttention(Op):
                 raise ValueError(f"{self.name}: pages_per_compute_block needs a 4-D key_cache")
             hints["tokens_per_block"] = pages * int(cache.shape[self._block_axis(p)])
         return hints
+
+    def canonical_config(self, cfg: PageAttentionConfig, p: dict[str, Any]) -> PageAttentionConfig:
+        changes: dict[str, Any] = {}
+        if cfg.num_splits == 0:
+            changes["num_splits"] = None
+        if cfg.pages_per_compute_block is not None:
+            if cfg.tokens_per_block is None:
+                cache = p.get("key_cache")
+                if not hasattr(cache, "shape") or len(cache.shape) != 4:
+                    raise ValueError(f"{self.name}: cfg.pages_per_compute_block needs a 4-D key_cache")
+                changes["tokens_per_block"] = cfg.pages_per_compute_block * int(cache.shape[self._block_axis(p)])
+            changes["pages_per_compute_block"] = None
+        return dataclasses.replace(cfg, **changes) if changes else cfg
 
     def _block_axis(self, p: dict[str, Any]) -> int:
         return 2 if self._layout(p) == "blocks_heads_tokens" else 1

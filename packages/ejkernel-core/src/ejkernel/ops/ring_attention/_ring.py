@@ -266,7 +266,7 @@ def _from_words(words: Any, shape: tuple[int, ...], dtype: Any) -> Any:
 def _forward_ring(plan: RingPlan, loc: Local, k: Any, v: Any, kv_seg: Any, dv: int) -> tuple[Any, Any]:
     """Merged output ``[b, Lq, h, dv]`` (float32) and log-sum-exp ``[b, Lq, h]`` of the ring."""
     n, axis = plan.axis_size, plan.axis_name
-    r = lax.axis_index(axis)
+    r = lax.axis_index(axis) if axis is not None else jnp.int32(0)  # None: a ring of one
     b, L, h = loc.q.shape[0], loc.q.shape[1], loc.q.shape[2]
 
     def run(branch: Branch, acc: Any, kv: tuple, src: Any) -> Any:
@@ -339,7 +339,7 @@ def _add_rows_cols(acc: Any, part: Any, q0: int, nq: int, col0: Any, nk: int) ->
 def _ring_bwd(plan: RingPlan, res: tuple, dout: Any):
     q, k, v, bias, aux, q_seg, kv_seg, mask, out, lse = res
     n, axis = plan.axis_size, plan.axis_name
-    r = lax.axis_index(axis)
+    r = lax.axis_index(axis) if axis is not None else jnp.int32(0)  # None: a ring of one
     loc = Local(q=q, q_seg=q_seg, bias=bias, mask=mask)
 
     def run(branch: Branch, state: Any, kv: tuple, src: Any) -> Any:

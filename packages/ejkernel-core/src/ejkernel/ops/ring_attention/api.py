@@ -23,7 +23,7 @@ def ring_attention(
     softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
     dropout_rng: Any = None,
     *,
-    axis_name: str | tuple[str, ...],
+    axis_name: str | tuple[str, ...] | None = None,
     mask_info: MaskInfo | None = None,
     causal: bool = False,
     sliding_window: int | tuple[int, int] | None = None,
@@ -64,7 +64,11 @@ def ring_attention(
             all keys or 1]``: rows follow the (local) queries, the last axis spans *every* key of
             the ring in layout order (``axis_size · seq_k`` columns inside ``shard_map``). Quadratic
             in the sequence unless broadcast. Differentiable.
-        axis_name: the mesh axis (or tuple of axes) the sequence is sharded over.
+        axis_name: the mesh axis (or tuple of axes) the sequence is sharded over. ``None``
+            (the default): with ``mesh=``/``in_specs=``, the axis that shards the query's
+            sequence; otherwise the sequence is not sharded (the local arrays are the whole
+            sequence: a ring of one device, as earlier releases did without ``axis_name``).
+            Inside your own ``shard_map`` over a sequence axis, pass it.
         mask_info: segment ids (packed sequences may cross shard boundaries; ``-1`` = padding),
             a pairwise mask (shaped like ``bias``, full rows), causal / window patterns.
         causal: query ``i`` attends keys ``j <= i`` (global positions; needs ``seq_q == seq_k``).

@@ -176,7 +176,8 @@ class RingAttentionImpl(KernelImpl):
 
     def run(self, args: RingAttentionArgs, cfg: RingAttentionConfig) -> jax.Array:
         op = "ring_attention"
-        n = bound_axis_size(args.axis_name)
+        # axis_name=None: the sequence is not sharded (earlier releases' default): a ring of one.
+        n = 1 if args.axis_name is None else bound_axis_size(args.axis_name)
         if n is None:
             raise ValueError(
                 f"{op}: axis_name {args.axis_name!r} is not bound: call it inside jax.shard_map over a mesh with that "

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from ...types.mask_info import MaskInfo
 from ..args import (
     ShardPlan,
+    ambient_mesh,
     array,
     as_array,
     mesh_axis_size,
@@ -26,14 +27,14 @@ from ..args import (
     static_float,
     static_int,
 )
-from ..families.attention import _NOT_SHARDED, AttentionArgs, AttentionConfig, AttentionOp, bind_attention
+from ..families.attention import _NOT_SHARDED, AttentionArgs, AttentionOp, BlockAttentionConfig, bind_attention
 from .layout import LAYOUTS
 
 __all__ = ["RingAttention", "RingAttentionArgs", "RingAttentionConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
-class RingAttentionConfig(AttentionConfig):
+class RingAttentionConfig(BlockAttentionConfig):
     """Config of ``ring_attention``: the tiling of its inner (per-block) flash-attention kernel.
 
     Attributes:
@@ -78,6 +79,8 @@ class RingAttentionArgs(
 
 
 def _check_axis_name(op: str, axis_name: Any) -> Any:
+    if axis_name is None:
+        return None
     if isinstance(axis_name, str) and axis_name:
         return axis_name
     if isinstance(axis_name, (tuple, list)) and axis_name and all(isinstance(a, str) and a for a in axis_name):
@@ -184,7 +187,7 @@ class RingAttention(AttentionOp):
         from jax.sharding import PartitionSpec as P
 
         op = self.name
-        axis = a.axis_name
+        axis = a.axis_name if a.axis_name is not None else _sequence_axis(in_specs)
         ring_size = mesh_axis_size(mesh, axis)
         if isinstance(in_specs, (tuple, list)) and not isinstance(in_specs, P):
             for name, spec in zip(("query", "key", "value"), in_specs, strict=False):
@@ -216,3 +219,36 @@ class RingAttention(AttentionOp):
                     f"value {shape_str(a.value)}"
                 )
         return super().shard_plan(a, in_specs, mesh)
+
+    def implicit_sharding(self, a: RingAttentionArgs) -> tuple[Any, Any] | None:
+        """Outside ``shard_map``, inside ``with jax.set_mesh(mesh):`` (or ``with mesh:``) whose
+        mesh has ``axis_name``: the sequence sharded over it, as earlier releases ran it."""
+        from jax.sharding import PartitionSpec as P
+
+        if a.axis_name is None or bound_axis_size(a.axis_name) is not None:
+            return None
+        mesh = ambient_mesh()
+        names = a.axis_name if isinstance(a.axis_name, tuple) else (a.axis_name,)
+        if mesh is None or not set(names) <= set(mesh.axis_names):
+            return None
+        spec = P(None, a.axis_name, None, None)
+        return mesh, (spec, spec, spec)
+
+    def localize(self, a: RingAttentionArgs, plan: ShardPlan, mesh: Any) -> RingAttentionArgs:
+        a = super().localize(a, plan, mesh)
+        if a.axis_name is None:
+            spec = tuple(plan.specs.get("query") or ())
+            axis = spec[1] if len(spec) > 1 else None
+            if axis is not None:  # inferred: the mesh axis in_specs shard the query's sequence over
+                a = dataclasses.replace(a, axis_name=axis)
+        return a
+
+
+def _sequence_axis(in_specs: Any) -> Any:
+    """The mesh axis ``in_specs`` shard the query's sequence over (``None``: not sharded)."""
+    from jax.sharding import PartitionSpec as P
+
+    spec = in_specs[0] if isinstance(in_specs, (tuple, list)) and not isinstance(in_specs, P) else in_specs
+    if isinstance(spec, P) and len(tuple(spec)) > 1:
+        return tuple(spec)[1]
+    return None

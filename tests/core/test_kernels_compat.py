@@ -1,0 +1,64 @@
+"""``ejkernel.kernels._<backend>.<op>``: earlier releases' private kernel paths, mapped to the public ops."""
+
+from __future__ import annotations
+
+import importlib
+
+import jax
+import numpy as np
+import pytest
+
+import ejkernel
+
+
+def _paged(layout_heads_first: bool):
+    q = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 32))
+    shape = (8, 2, 16, 32) if layout_heads_first else (8, 16, 2, 32)
+    kc = jax.random.normal(jax.random.PRNGKey(1), shape)
+    vc = jax.random.normal(jax.random.PRNGKey(2), shape)
+    return q, kc, vc, np.array([40, 17], np.int32), np.array([[0, 1, 2, 3], [4, 5, 6, 7]], np.int32)
+
+
+@pytest.mark.parametrize(
+    "path", ["ejkernel.kernels._xla.page_attention", "ejkernel.kernels._xla.page_attention._interface"]
+)
+def test_private_path_is_the_public_op_on_its_platform(path):
+    q, kc, vc, lens, tables = _paged(layout_heads_first=True)
+    fn = importlib.import_module(path).page_attention
+    got = fn(q, kc, vc, lens, tables, scale=0.3, block_size=16)
+    want = ejkernel.page_attention(
+        q, kc, vc, lens, tables, softmax_scale=0.3, cache_layout="blocks_heads_tokens", platform="xla"
+    )
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # the scale is passed on: another one changes the result
+    other = fn(q, kc, vc, lens, tables, scale=0.05, block_size=16)
+    assert not np.allclose(np.asarray(other), np.asarray(got))
+
+
+def test_block_size_must_match_a_page_axis():
+    from ejkernel.kernels._xla.page_attention import page_attention
+
+    q, kc, vc, lens, tables = _paged(layout_heads_first=False)
+    page_attention(q, kc, vc, lens, tables, block_size=16)  # [blocks, tokens, heads, dim]
+    with pytest.raises(ValueError, match=r"block_size=5 matches neither page axis of key_cache \(8, 16, 2, 32\)"):
+        page_attention(q, kc, vc, lens, tables, block_size=5)
+
+
+def test_every_op_under_every_backend_and_errors():
+    for op in ejkernel.list_ops():
+        for backend in ("_xla", "_triton", "_cuda", "_pallas.tpu", "_pallas.gpu"):
+            mod = importlib.import_module(f"ejkernel.kernels.{backend}.{op}")
+            assert callable(getattr(mod, op))
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ejkernel.kernels._xla.no_such_op")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ejkernel.kernels._pallas.flash_attention")  # _pallas.tpu / _pallas.gpu
+    from ejkernel.kernels._xla.flash_attention import flash_attention
+
+    q = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 2, 16))
+    with pytest.raises(TypeError, match="runs platform='xla'"):
+        flash_attention(q, q, q, platform="triton")
+    with pytest.raises(TypeError, match="not both"):
+        from ejkernel.kernels._xla.page_attention import page_attention
+
+        page_attention(*_paged(True), scale=0.1, softmax_scale=0.1)

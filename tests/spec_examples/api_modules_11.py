@@ -1,0 +1,41 @@
+"""Spec example api-modules.md:262 (a ``python`` block), run as documented."""
+
+# spec: api-modules.md:262
+# edit: none
+# xfail-raises: TypeError
+# xfail: gla_attention has no gate= keyword: the gates are its 4th positional array g (gla_attention(query, key, value, gate_values)), log-space forget gates
+# needs-op: gla_attention
+# scaffolding: query, key, value (random) and gate_values, log-space forget gates [batch, seq, heads, head_dim]
+
+# ---- scaffolding (not in the spec) ----
+import jax
+import jax.numpy as jnp
+
+# query [batch, seq_len, num_heads, head_dim]; key/value with 2 kv heads (GQA), random (never all ones)
+_kq, _kk, _kv = jax.random.split(jax.random.PRNGKey(0), 3)
+query = jax.random.normal(_kq, (2, 24, 4, 32))
+key = jax.random.normal(_kk, (2, 24, 4, 32))
+value = jax.random.normal(_kv, (2, 24, 4, 32))
+
+gate_values = jax.nn.log_sigmoid(jax.random.normal(jax.random.PRNGKey(1), (2, 24, 4, 32)))
+
+# ---- spec example (verbatim but for the edits above) ----
+from ejkernel.modules import gla_attention
+
+output = gla_attention(
+    query, key, value,
+    gate=gate_values,  # Gating tensor
+)
+# ---- end of the spec example ----
+
+# ---- checks (not in the spec) ----
+import numpy as np
+from _naive import close
+
+q, k, v, g = (np.asarray(x, np.float64) for x in (query, key, value, gate_values))
+h = np.zeros((2, 4, 32, 32))
+ref = np.zeros_like(v)
+for t in range(q.shape[1]):  # h_t = h_{t-1} * exp(g_t) + k_t v_tᵀ, o_t = h_tᵀ q_t / sqrt(d)
+    h = h * np.exp(g[:, t])[..., None] + k[:, t, :, :, None] * v[:, t, :, None, :]
+    ref[:, t] = np.einsum("bhk,bhkv->bhv", q[:, t], h) * 32**-0.5
+close(output, ref, tol=1e-3)

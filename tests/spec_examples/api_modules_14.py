@@ -1,0 +1,31 @@
+"""Spec example api-modules.md:309 (a ``python`` block), run as documented."""
+
+# spec: api-modules.md:309
+# edit: none
+# xfail-raises: ValueError
+# xfail: grouped_matmul takes group_sizes [num_groups] of rows sorted by group (megablox), not per-token group_ids: order = jnp.argsort(group_ids); out = grouped_matmul(inputs[order], weights, jnp.bincount(group_ids, length=num_experts)); then out[jnp.argsort(order)]
+# needs-op: grouped_matmul
+# scaffolding: inputs [total_tokens, hidden], weights [num_experts, hidden, output], group_ids [total_tokens] (random)
+
+# ---- scaffolding (not in the spec) ----
+import jax
+import jax.numpy as jnp
+
+inputs = jax.random.normal(jax.random.PRNGKey(0), (24, 16))
+weights = jax.random.normal(jax.random.PRNGKey(1), (4, 16, 8))
+group_ids = jax.random.randint(jax.random.PRNGKey(2), (24,), 0, 4)  # which expert each token uses
+
+# ---- spec example (verbatim but for the edits above) ----
+from ejkernel.modules import grouped_matmul
+
+output = grouped_matmul(
+    inputs,     # [total_tokens, hidden]
+    weights,    # [num_experts, hidden, output]
+    group_ids,  # [total_tokens] - which expert each token uses
+)
+# ---- end of the spec example ----
+
+# ---- checks (not in the spec) ----
+from _naive import close
+
+close(output, jnp.einsum("th,tho->to", inputs, weights[group_ids]), tol=1e-3)
