@@ -3,7 +3,7 @@
 # spec: api-modules.md:309
 # edit: none
 # xfail-raises: ValueError
-# xfail: grouped_matmul takes group_sizes [num_groups] of rows sorted by group (megablox), not per-token group_ids: order = jnp.argsort(group_ids); out = grouped_matmul(inputs[order], weights, jnp.bincount(group_ids, length=num_experts)); then out[jnp.argsort(order)]
+# xfail: spec bug, fails with any release: the documented signature (signatures.md: grouped_matmul(lhs[m, k], rhs[g, k, n], group_sizes[g], ...)) takes group sizes of rows sorted by group, not per-token group_ids; the _fixed variant sorts the tokens and passes jnp.bincount(group_ids, length=num_experts)
 # needs-op: grouped_matmul
 # scaffolding: inputs [total_tokens, hidden], weights [num_experts, hidden, output], group_ids [total_tokens] (random)
 

@@ -56,7 +56,7 @@ def test_no_ring_attention_without_the_lse_protocol():
     assert not FLASH.supports_lse
     assert "pallas" not in [i.name for i in kernel_registry.implementations("ring_attention")]
     info = {b.name: b for b in kernel_registry.backends()}["pallas"]
-    assert sorted(info.implementations) == ["flash_attention/pallas", "page_attention/pallas"]
+    assert sorted(info.implementations) == ["flash_attention/pallas", "grouped_matmul/pallas", "page_attention/pallas"]
 
 
 def test_registration_does_not_import_pallas():

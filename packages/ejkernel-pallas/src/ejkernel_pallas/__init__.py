@@ -22,9 +22,11 @@ def register(registry: Any) -> None:
     from ejkernel.ops import Backend, Platform
 
     from .tpu.flash_attention import PallasTpuFlashAttention
+    from .tpu.grouped_matmul import PallasTpuGroupedMatmul
     from .tpu.page_attention import PallasTpuPageAttention
 
     registry.register("flash_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuFlashAttention)
     registry.register("page_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuPageAttention)
+    registry.register("grouped_matmul", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuGroupedMatmul)
     # No ring_attention: the flash kernels do not provide the log-sum-exp protocol
     # (AttentionImpl.supports_lse) that ejkernel.ops.ring_attention.RingAttentionImpl combines.

@@ -23,8 +23,11 @@ def register(registry: Any) -> None:
 
     from .attention import XlaAttention
     from .flash_attention import XlaFlashAttention
+    from .grouped_matmul import XlaGroupedMatmul
+    from .mean_pooling import XlaMeanPooling
     from .page_attention import XlaPageAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
+    from .state_space_v1 import XlaStateSpaceV1
 
     registry.register("attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaAttention)
     registry.register("flash_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaFlashAttention)
@@ -32,4 +35,7 @@ def register(registry: Any) -> None:
         XlaScaledDotProductAttention
     )
     registry.register("page_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaPageAttention)
+    registry.register("state_space_v1", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaStateSpaceV1)
+    registry.register("mean_pooling", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaMeanPooling)
+    registry.register("grouped_matmul", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaGroupedMatmul)
     registry.register("ring_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(RingAttentionImpl(registry))

@@ -1,4 +1,5 @@
-"""Mosaic TPU kernels: ``flash_attention`` (forward and backward) and ``page_attention`` (decode).
+"""Mosaic TPU kernels: ``flash_attention`` (forward and backward), ``page_attention`` (decode) and
+``grouped_matmul`` (megablox gmm/tgmm).
 
 Each op folder holds ``impl.py`` (what the implementation declares it supports, its configs),
 ``heuristics.py`` (block sizes: pure functions of shapes and dtype) and the kernels with their

@@ -1,0 +1,136 @@
+"""Tile sweep of the Triton grouped GEMM kernels on a GPU (forward ``gmm``, ``dlhs`` = ``gmm`` with
+``rhsᵀ``, ``drhs`` = ``tgmm``), each kernel timed alone with the library's looped
+program (``ejkernel.ops.timing.looped``: LOOP data-dependent calls, median of 3) on the benchmark shapes of issue 19, bf16.
+
+    python3 benchmarks/grouped_matmul_sweep.py --json out.json [--quick] [--shapes 0,1] [--shape M,K,N,G,DIST]
+
+CPU check of the script (tiny shape, Triton's interpreter; the timings mean nothing there):
+``TRITON_INTERPRET=1 python benchmarks/grouped_matmul_sweep.py --interpret --dtype float16
+--shape 96,32,48,4,zipf --quick --json /tmp/gmm_sweep.json`` (in an environment with torch).
+
+Every config's output is compared with the first config's (relative max error), which the
+benchmark itself checks against the float32 reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
+from ejkernel.ops.grouped_matmul.bench import group_sizes_for
+from ejkernel.ops.timing import looped, time_callable
+from ejkernel_triton.grouped_matmul._call import Spec, gmm, persistent_programs, tgmm
+
+LOOP = 20  # calls per timed program (one compile per config; the loop's glue is in every config's time)
+SHAPES = [
+    (16384, 4096, 2048, 8, "multinomial"),
+    (16384, 2048, 1536, 64, "multinomial"),
+    (65536, 4096, 1408, 64, "multinomial"),
+    (8192, 7168, 2048, 256, "zipf"),
+]
+# (block_m, block_n, block_k, warps, stages, split_k, persistent)
+GMM_CFGS = [
+    (128, 128, 64, 8, 4, 1, False),
+    (128, 128, 64, 8, 4, 1, True),
+    (128, 256, 64, 8, 3, 1, False),
+    (64, 256, 64, 4, 4, 1, False),
+    (64, 128, 64, 4, 4, 1, False),
+    (128, 128, 128, 8, 3, 1, False),
+]
+TGMM_CFGS = [
+    (128, 128, 64, 8, 4, 1, False),
+    (128, 256, 64, 8, 3, 1, False),
+    (128, 128, 64, 8, 4, 2, False),
+    (64, 256, 64, 4, 4, 1, False),
+]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", required=True)
+    p.add_argument("--quick", action="store_true", help="first two configs of each kernel")
+    p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES")
+    p.add_argument("--shape", action="append", help="M,K,N,G,DIST (repeatable; replaces --shapes)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    p.add_argument("--interpret", action="store_true", help="Triton's interpreter (TRITON_INTERPRET=1; CPU check)")
+    ns = p.parse_args()
+    shapes = [SHAPES[int(i)] for i in ns.shapes.split(",")]
+    if ns.shape:
+        shapes = [(*(int(x) for x in t.split(",")[:4]), [*t.split(","), "multinomial"][4]) for t in ns.shape]
+    with contextlib.ExitStack() as stack:
+        if ns.interpret:
+            from ejkernel_triton._launch import interpreted
+
+            stack.enter_context(interpreted())
+        sweep(ns, shapes)
+
+
+def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
+    dt = jnp.dtype(ns.dtype)
+    recs = []
+    for m, k, n, g, dist in shapes:
+        sizes = group_sizes_for(m, g, dist)
+        cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+        starts, ends = jnp.asarray(cum[:-1]), jnp.asarray(cum[1:])
+        k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+        lhs = jax.random.normal(k1, (m, k), dt)
+        rhs = (jax.random.normal(k2, (g, k, n), dt) / float(np.sqrt(k))).astype(dt)
+        dout = jax.random.normal(k3, (m, n), dt)
+        flops = 2.0 * m * k * n
+        for kernel, cfgs in (("fwd", GMM_CFGS), ("dlhs", GMM_CFGS), ("tgmm", TGMM_CFGS)):
+            first = None
+            for c in cfgs[:2] if ns.quick else cfgs:
+                bm, bn, bk, w, s, split, persistent = c
+                cfg = GroupedMatmulConfig(
+                    block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
+                )
+                programs = persistent_programs(cfg, 2) if persistent else 0
+                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs)
+                if kernel == "fwd":
+                    fn, args = (
+                        (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),
+                        (lhs, rhs, starts, ends),
+                    )
+                elif kernel == "dlhs":
+                    fn, args = (
+                        (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, False, dt)),
+                        (dout, rhs, starts, ends),
+                    )
+                else:
+                    fn, args = (
+                        (lambda a, d, st, en, spec=spec: tgmm(spec, a, d, st, en, dt)),
+                        (lhs, dout, starts, ends),
+                    )
+                t0 = time.time()
+                try:
+                    out = jax.block_until_ready(jax.jit(fn)(*args)).astype(jnp.float32)
+                    prog = looped(fn, LOOP)
+                    ms = time_callable(lambda prog=prog, args=args: prog(*args), 3) / LOOP
+                except Exception as e:  # a config that fails to compile or run is recorded
+                    print(f"{kernel} m{m} g{g} {c}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    recs.append(dict(shape=[m, k, n, g, dist], kernel=kernel, cfg=c, error=str(e)[:300]))
+                    continue
+                if first is None:
+                    first = out
+                rel = float(jnp.max(jnp.abs(out - first)) / jnp.maximum(jnp.max(jnp.abs(first)), 1e-6))
+                tf = flops / (ms * 1e-3) / 1e12
+                print(
+                    f"{kernel:5s} m{m} k{k} n{n} g{g} {dist[:5]} {c}: {ms:.3f} ms {tf:6.1f} TFLOP/s rel {rel:.1e} ({time.time() - t0:.0f}s)",
+                    flush=True,
+                )
+                recs.append(dict(shape=[m, k, n, g, dist], kernel=kernel, cfg=c, ms=ms, tflops=tf, rel_vs_first=rel))
+                with open(ns.json, "w") as f:  # after every config: a timeout keeps what was measured
+                    json.dump(recs, f, indent=1)
+    with open(ns.json, "w") as f:
+        json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Host side of the Triton grouped GEMM: the launch spec, the launches, the custom VJP.
+
+``grouped_matmul(args, cfg)`` is differentiable in ``lhs`` and ``rhs`` through a
+``jax.custom_vjp``: ``dlhs = gmm(dout, rhsᵀ)`` (the forward kernel with ``rhs`` read transposed,
+no copy) and ``drhs = tgmm(lhs, dout)``; ``existing_out`` and ``rhs_bias`` are applied outside it
+(``merge_rows``), so JAX differentiates them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
+from ejkernel.ops.grouped_matmul.op import group_bounds, merge_rows
+
+from .. import _launch
+from .._launch import launch
+from . import heuristics as H
+from ._kernel import gmm_kernel, tgmm_kernel
+from ._plan import gmm_schedule, max_tiles
+
+# float32 operands: DEFAULT is three-pass TF32 (about float32's accuracy, as the flash kernels
+# use); one-pass TF32 (10-bit mantissa) misses the float32 reference by several times its own error.
+_DOT_PRECISION = {"default": "tf32x3", "high": "tf32x3", "highest": "ieee"}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What one grouped GEMM call compiles for (hashable: the custom VJP's static argument)."""
+
+    m: int
+    k: int
+    n: int
+    groups: int
+    transpose_rhs: bool
+    out_dtype: str
+    precision: str
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    split_k: int
+    num_programs: int  # persistent gmm grid (0: one program per tile)
+
+    def dot_precision(self, dtype: Any) -> str:
+        return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
+
+
+def persistent_programs(cfg: GroupedMatmulConfig, itemsize: int) -> int:
+    """Programs of a persistent grid: as many as fit on the GPU at once (by shared memory), or a
+    few in the interpreter (so that each program strides over several tiles)."""
+    if _launch._INTERPRET:
+        return 3
+    sms = int(getattr(jax.devices()[0], "core_count", 0) or 132)
+    return sms * max(1, H.smem_limit((9, 0)) // max(H.smem_bytes(cfg, itemsize), 1))
+
+
+def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
+    assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_warps and cfg.num_stages and cfg.split_k
+    programs = persistent_programs(cfg, jnp.dtype(a.dtype).itemsize) if cfg.persistent else 0
+    return Spec(
+        m=a.m, k=a.k, n=a.n, groups=a.groups, transpose_rhs=a.transpose_rhs, out_dtype=a.preferred_element_type,
+        precision=a.precision, block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, split_k=cfg.split_k, num_programs=programs,
+    )  # fmt: skip
+
+
+def gmm(
+    spec: Spec,
+    a: jax.Array,
+    b: jax.Array,
+    starts: jax.Array,
+    ends: jax.Array,
+    b_kn: bool,
+    out_dtype: Any,
+    schedule: tuple[jax.Array, ...] | None = None,
+) -> jax.Array:
+    """``out[rows of j] = a[rows] @ B[j]`` with ``B[j] = b[j]`` read as ``[K, N]`` (``b_kn``) or
+    as the transpose of ``b[j]`` (``b`` is ``[g, N, K]``); zeros outside the groups.
+    ``schedule``: ``_plan.gmm_schedule`` of the bounds for ``spec.block_m`` (built if not given)."""
+    m, kd = a.shape
+    nd = b.shape[2] if b_kn else b.shape[1]
+    s_g, s_1, s_2 = b.shape[1] * b.shape[2], b.shape[2], 1
+    stride_bk, stride_bn = (s_1, s_2) if b_kn else (s_2, s_1)
+    if schedule is None:
+        schedule = gmm_schedule(starts, ends, m, spec.block_m)
+    tile_seg, tile_row, tile_end, num_entries = schedule
+    tiles = max_tiles(m, spec.groups, spec.block_m) * _cdiv(nd, spec.block_n)
+    (out,) = launch(
+        gmm_kernel,
+        a, b, tile_seg, tile_row, tile_end, num_entries,
+        out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
+        grid=(min(spec.num_programs, tiles) if spec.num_programs else tiles,),
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        name="ejkernel_gmm",
+        M=m, N=nd, K=kd, stride_bg=s_g, stride_bk=stride_bk, stride_bn=stride_bn,
+        BLOCK_M=spec.block_m,
+        BLOCK_N=spec.block_n,
+        BLOCK_K=spec.block_k,
+        EVEN_K=kd % spec.block_k == 0,
+        DOT_PRECISION=spec.dot_precision(a.dtype),
+        NUM_PROGRAMS=min(spec.num_programs, tiles),
+    )  # fmt: skip
+    return out
+
+
+def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: jax.Array, dtype: Any) -> jax.Array:
+    """``drhs[j] = lhs[rows of j]ᵀ @ dout[rows of j]`` in rhs's layout (``[g, k, n]`` or ``[g, n, k]``)."""
+    g, k, n = spec.groups, spec.k, spec.n
+    # Output tile [block_m over k, block_n over n]; block_k rows per step.
+    tiles_k, tiles_n = _cdiv(k, spec.block_m), _cdiv(n, spec.block_n)
+    split = spec.split_k
+    if split > 1:
+        shape, out_dtype = (split, g, k, n), jnp.float32
+        s_g, s_k, s_n, s_s = k * n, n, 1, g * k * n
+    elif spec.transpose_rhs:
+        shape, out_dtype = (g, n, k), dtype
+        s_g, s_k, s_n, s_s = k * n, 1, k, 0
+    else:
+        shape, out_dtype = (g, k, n), dtype
+        s_g, s_k, s_n, s_s = k * n, n, 1, 0
+    (out,) = launch(
+        tgmm_kernel,
+        lhs, dout, starts, ends,
+        out_shape=[jax.ShapeDtypeStruct(shape, out_dtype)],
+        grid=(g * tiles_k * tiles_n, split),
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        name="ejkernel_tgmm",
+        N=n, K=k, stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
+        SPLIT=split,
+        BLOCK_M=spec.block_m,
+        BLOCK_N=spec.block_n,
+        BLOCK_K=spec.block_k,
+        DOT_PRECISION=spec.dot_precision(lhs.dtype),
+    )  # fmt: skip
+    if split > 1:
+        out = out.sum(axis=0)
+        out = (jnp.swapaxes(out, 1, 2) if spec.transpose_rhs else out).astype(dtype)
+    return out
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _core(spec: Spec, lhs, rhs, starts, ends, seg, row, end, count) -> jax.Array:
+    return gmm(spec, lhs, rhs, starts, ends, not spec.transpose_rhs, spec.out_dtype, (seg, row, end, count))
+
+
+def _core_fwd(spec: Spec, lhs, rhs, starts, ends, *schedule):
+    return _core(spec, lhs, rhs, starts, ends, *schedule), (lhs, rhs, starts, ends, schedule)
+
+
+def _core_bwd(spec: Spec, res, dout):
+    lhs, rhs, starts, ends, schedule = res
+    dout = dout.astype(lhs.dtype)  # the tensor-core products take one input dtype
+    # dlhs[rows of j] = dout[rows] @ rhs[j]ᵀ: rhs read as [n, k], transposed from its layout; the
+    # forward's tile schedule serves (same rows, same block_m).
+    dlhs = gmm(spec, dout, rhs, starts, ends, spec.transpose_rhs, lhs.dtype, schedule)
+    drhs = tgmm(spec, lhs, dout, starts, ends, rhs.dtype)
+    return (dlhs, drhs) + (None,) * (2 + len(schedule))
+
+
+_core.defvjp(_core_fwd, _core_bwd)
+
+
+def grouped_matmul(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> jax.Array:
+    spec = make_spec(a, cfg)
+    starts, ends = group_bounds(a)
+    schedule = gmm_schedule(starts, ends, a.m, spec.block_m)  # built once for the forward and dlhs
+    return merge_rows(a, _core(spec, a.lhs, a.rhs, starts, ends, *schedule))

@@ -1,0 +1,132 @@
+"""The grouped GEMM kernels: megablox's ``gmm`` and ``tgmm`` (Gale et al. 2022, MegaBlocks,
+section 5) as Triton programs for NVIDIA GPUs.
+
+``gmm_kernel``: ``out[rows of group j] = a[rows] @ b[j]`` for every local group ``j``, where ``b``
+is read through strides (``[g, K, N]`` or its transpose: the forward with ``rhs`` or ``rhsᵀ``,
+and ``dlhs = dout @ rhs[j]ᵀ``). One program computes a ``[BLOCK_M, BLOCK_N]`` tile of rows of ONE
+segment (a group, or a run of rows outside the local groups, written as zeros): the tile
+schedule (``_plan.gmm_schedule``) is built on the device from ``group_sizes`` and is at most
+``cdiv(m, BLOCK_M) + g + 2`` tiles long; programs past its end do nothing. A tile never straddles
+two groups, so each output row is written exactly once. Rows past a segment are loaded (clamped
+into ``[0, m)``: always valid memory) and dropped at the store, which keeps the loads unmasked.
+With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the SM count)
+stride over the schedule's actual tiles, whose count is read on the device.
+
+``tgmm_kernel``: ``db[j] = a[rows of j]ᵀ @ dout[rows of j]`` (the rhs gradient): one program
+computes a ``[BLOCK_M, BLOCK_N]`` tile of ``db[j]`` (over ``K`` and ``N``), walking the group's
+rows ``BLOCK_K`` at a time (masked at the group's ends); with ``SPLIT > 1`` program ``s`` takes
+every ``SPLIT``-th chunk of rows and writes a float32 partial reduced afterwards. Empty groups
+write zeros. Products run on tensor cores (``tl.dot``) with a float32 accumulator.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gmm_tile(
+    tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
+    ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse)."""
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    i_t = tile // num_tiles_n
+    i_n = tile % num_tiles_n
+    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
+    row0 = tl.load(tile_row_ptr + i_t)
+    row_end = tl.load(tile_end_ptr + i_t)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
+    # Rows outside the groups (seg -1) run no k step: their zero accumulator is stored.
+    k_stop = tl.where(seg >= 0, K, 0)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows = (offs_m % M).to(tl.int64)  # rows of other segments: valid memory, never stored
+    cols = offs_n % N
+    p_a = a_ptr + rows[:, None] * K + offs_k[None, :]  # [BLOCK_M, BLOCK_K]
+    p_b = b_ptr + tl.maximum(seg, 0).to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, k_stop, BLOCK_K):
+        if EVEN_K:
+            b_a = tl.load(p_a)
+            b_b = tl.load(p_b)  # [BLOCK_K, BLOCK_N]
+        else:
+            in_k = (k0 + offs_k) < K
+            b_a = tl.load(p_a, mask=in_k[None, :], other=0.0)
+            b_b = tl.load(p_b, mask=in_k[:, None], other=0.0)
+        acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
+        p_a += BLOCK_K
+        p_b += BLOCK_K * stride_bk
+    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
+
+
+@triton.jit
+def gmm_kernel(
+    a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, num_entries_ptr, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):  # fmt: skip
+    """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
+    its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
+    schedule's actual tiles (its length read on the device)."""
+    pid = tl.program_id(0)
+    if NUM_PROGRAMS == 0:
+        _gmm_tile(
+            pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
+            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+        )  # fmt: skip
+    else:
+        num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+        total = tl.load(num_entries_ptr) * num_tiles_n
+        for tile in range(pid, total, NUM_PROGRAMS):
+            _gmm_tile(
+                tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
+                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            )  # fmt: skip
+
+
+@triton.jit
+def tgmm_kernel(
+    a_ptr, d_ptr, starts_ptr, ends_ptr, out_ptr,
+    N: tl.constexpr, K: tl.constexpr,
+    stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    i_s = tl.program_id(1)
+    num_tiles_k: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    tiles: tl.constexpr = num_tiles_k * num_tiles_n
+    g = pid // tiles
+    i_k = (pid % tiles) // num_tiles_n
+    i_n = pid % num_tiles_n
+    start = tl.load(starts_ptr + g)
+    end = tl.load(ends_ptr + g)
+    offs_k = i_k * BLOCK_M + tl.arange(0, BLOCK_M)  # db rows: lhs columns
+    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_K)
+    ks = offs_k % K
+    ns = offs_n % N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in range(start + i_s * BLOCK_K, end, SPLIT * BLOCK_K):
+        rows = r0 + offs_r
+        in_g = rows < end
+        rows64 = rows.to(tl.int64)
+        b_a = tl.load(a_ptr + rows64[:, None] * K + ks[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_M]
+        b_d = tl.load(d_ptr + rows64[:, None] * N + ns[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
+        acc = tl.dot(tl.trans(b_a), b_d, acc, input_precision=DOT_PRECISION)
+    p_out = (
+        out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
+        + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
+    )  # fmt: skip
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])

@@ -1,0 +1,87 @@
+"""Tiles of the Triton grouped GEMM: pure functions of the shapes, dtype and device.
+
+One config serves the three kernels: ``block_m`` rows × ``block_n`` columns × ``block_k`` depth
+for ``gmm`` (forward and ``dlhs``, whose columns are ``k``), and for ``tgmm`` an output tile of
+``block_m`` (over ``k``) × ``block_n`` (over ``n``) reduced ``block_k`` rows at a time.
+"""
+
+from __future__ import annotations
+
+from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
+
+# Hopper and Ampere: 227 / 163 KiB of shared memory per block; leave room for the epilogue.
+_SMEM = {9: 220 * 1024, 8: 160 * 1024}
+
+
+def smem_limit(cc: tuple[int, int] | None) -> int:
+    return _SMEM.get(cc[0] if cc else 8, 96 * 1024)
+
+
+def smem_bytes(cfg: GroupedMatmulConfig, itemsize: int) -> int:
+    """Shared memory of the software pipeline: ``num_stages`` copies of the A and B tiles."""
+    assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_stages
+    return cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+
+
+# Programs that fill an H100/H200 (132 SMs) twice over.
+_FULL_GRID = 2 * 132
+
+
+def tgmm_split(m: int, k: int, n: int, groups: int, block_m: int, block_n: int, block_k: int) -> int:
+    """``drhs`` has one program per output tile (``groups x k/block_m x n/block_n``), each
+    reducing its group's rows: when that does not fill the GPU (few groups, small k and n) and
+    each group has many row steps, split the rows so the grid fills it (at most 8-way: the
+    float32 partials cost ``split`` extra writes of the gradient)."""
+    tiles = groups * -(-k // block_m) * -(-n // block_n)
+    steps = m / max(groups, 1) / block_k
+    if tiles >= _FULL_GRID or steps < 8:
+        return 1
+    return int(min(8, -(-_FULL_GRID // tiles), steps // 4))
+
+
+def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None) -> GroupedMatmulConfig:
+    """Few large groups: 128x128 tiles (a tile is wasted only at a group's last rows). Many
+    small groups (fewer than 128 rows each on average): 64-row tiles, since each group's last
+    tile is on average half empty and that waste grows with the group count. 16-bit inputs take
+    64-deep k steps (a 128x64 tile of each operand per stage), float32 32-deep (same bytes);
+    4 stages hide the global-memory latency on Hopper, 3 on Ampere (less shared memory)."""
+    rows_per_group = m / max(groups, 1)
+    block_m = 128 if rows_per_group >= 128 else 64
+    block_k = 64 if itemsize <= 2 else 32
+    hopper = bool(cc) and cc[0] >= 9
+    stages = 4 if hopper else 3
+    warps = 8 if block_m == 128 and hopper else 4
+    cfg = GroupedMatmulConfig(
+        block_m=block_m, block_n=128, block_k=block_k, num_warps=warps, num_stages=stages,
+        split_k=tgmm_split(m, k, n, groups, block_m, 128, block_k), persistent=False,
+    )  # fmt: skip
+    while smem_bytes(cfg, itemsize) > smem_limit(cc) and cfg.num_stages > 1:
+        cfg = GroupedMatmulConfig(**{**cfg.tuning_fields(), "num_stages": cfg.num_stages - 1})
+    return cfg
+
+
+# (block_m, block_n, block_k, num_warps, num_stages) for 16-bit inputs on Hopper: wgmma tiles of
+# 64 rows per warpgroup (4 warps), 128 or 256 columns; float32 halves block_k (same bytes per stage).
+_CANDIDATES = (
+    (128, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4),
+    (128, 256, 64, 8, 3),
+    (64, 256, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (128, 128, 128, 8, 3),
+    (64, 128, 128, 4, 3),
+)
+
+
+def candidates(
+    m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None
+) -> list[GroupedMatmulConfig]:
+    """The autotuning space, pruned by shared memory; the heuristic's choice first."""
+    out = [heuristic(m, k, n, groups, itemsize, cc)]
+    for bm, bn, bk, warps, stages in _CANDIDATES:
+        if itemsize > 2:
+            bk //= 2
+        cfg = GroupedMatmulConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, split_k=1)
+        if cfg not in out and smem_bytes(cfg, itemsize) <= smem_limit(cc):
+            out.append(cfg)
+    return out

@@ -1,0 +1,3 @@
+from .impl import TritonMeanPooling
+
+__all__ = ["TritonMeanPooling"]

@@ -1,0 +1,107 @@
+"""Triton kernels of ``mean_pooling``: a split reduction over token rows and its broadcast backward.
+
+Work is a list of items (``_plan.py``): item ``i`` owns rows ``[lo_i, hi_i)`` of one sequence (a
+long sequence is cut into several items so that every SM has work); a program owns one item and
+``BLOCK_D`` hidden columns. The forward writes each item's float32 partial sums; a small second
+kernel adds the partials of each sequence in item order (deterministic: no atomics, unlike an
+XLA scatter-add on the GPU). The backward writes, for every
+row of an item, ``g[seq]`` (= ``dout / count``) where the row counts and 0 elsewhere; the plan
+also covers rows outside every sequence (item of sequence ``num_seqs``), so every row of ``dx``
+is written exactly once.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mean_pool_fwd_kernel(
+    x_ptr,  # [tokens, hidden]
+    item_seq_ptr,  # [items] int32
+    item_lo_ptr,  # [items] int32
+    item_hi_ptr,  # [items] int32
+    mask_ptr,  # [tokens] int32 (HAS_MASK)
+    num_seqs,
+    hidden,
+    part_ptr,  # out: [items, hidden] float32
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+):
+    i_item = tl.program_id(0)
+    i_d = tl.program_id(1)
+    seq = tl.load(item_seq_ptr + i_item)
+    lo = tl.load(item_lo_ptr + i_item)
+    hi = tl.load(item_hi_ptr + i_item)
+    hi = tl.where(seq < num_seqs, hi, lo)  # rows outside every sequence: nothing to add
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < hidden
+    acc = tl.zeros([BLOCK_T, BLOCK_D], dtype=tl.float32)
+    for t0 in range(lo, hi, BLOCK_T):
+        o_t = t0 + tl.arange(0, BLOCK_T)
+        m_t = o_t < hi
+        if HAS_MASK:
+            m_t = m_t & (tl.load(mask_ptr + o_t, mask=m_t, other=0) != 0)
+        p_x = x_ptr + o_t.to(tl.int64)[:, None] * hidden + o_d[None, :]
+        b_x = tl.load(p_x, mask=m_t[:, None] & m_d[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]
+        acc += b_x.to(tl.float32)
+    tl.store(part_ptr + i_item.to(tl.int64) * hidden + o_d, tl.sum(acc, axis=0), mask=m_d)
+
+
+@triton.jit
+def mean_pool_combine_kernel(
+    part_ptr,  # [items, hidden] float32
+    seq_first_ptr,  # [num_seqs] int32
+    seq_items_ptr,  # [num_seqs] int32
+    hidden,
+    sums_ptr,  # out: [num_seqs, hidden] float32
+    BLOCK_D: tl.constexpr,
+):
+    i_s = tl.program_id(0)
+    i_d = tl.program_id(1)
+    first = tl.load(seq_first_ptr + i_s)
+    count = tl.load(seq_items_ptr + i_s)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < hidden
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    p_part = part_ptr + first.to(tl.int64) * hidden + o_d
+    for _ in range(0, count):
+        acc += tl.load(p_part, mask=m_d, other=0.0)
+        p_part += hidden
+    tl.store(sums_ptr + i_s.to(tl.int64) * hidden + o_d, acc, mask=m_d)
+
+
+@triton.jit
+def mean_pool_bwd_kernel(
+    g_ptr,  # [num_seqs, hidden] float32: dout / count
+    item_seq_ptr,
+    item_lo_ptr,
+    item_hi_ptr,
+    mask_ptr,
+    num_seqs,
+    hidden,
+    dx_ptr,  # out: [tokens, hidden]
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+):
+    i_item = tl.program_id(0)
+    i_d = tl.program_id(1)
+    seq = tl.load(item_seq_ptr + i_item)
+    lo = tl.load(item_lo_ptr + i_item)
+    hi = tl.load(item_hi_ptr + i_item)
+    inside = seq < num_seqs
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < hidden
+    b_g = tl.load(g_ptr + tl.minimum(seq, num_seqs - 1).to(tl.int64) * hidden + o_d, mask=m_d & inside, other=0.0)
+    for t0 in range(lo, hi, BLOCK_T):
+        o_t = t0 + tl.arange(0, BLOCK_T)
+        m_t = o_t < hi
+        keep = m_t
+        if HAS_MASK:
+            keep = keep & (tl.load(mask_ptr + o_t, mask=m_t, other=0) != 0)
+        b_dx = tl.where(keep[:, None], b_g[None, :], 0.0)  # [BLOCK_T, BLOCK_D]
+        p_dx = dx_ptr + o_t.to(tl.int64)[:, None] * hidden + o_d[None, :]
+        tl.store(p_dx, b_dx.to(dx_ptr.dtype.element_ty), mask=m_t[:, None] & m_d[None, :])

@@ -1,0 +1,3 @@
+from .impl import TritonStateSpaceV1
+
+__all__ = ["TritonStateSpaceV1"]

@@ -1,0 +1,200 @@
+"""Host side of the Triton ``state_space_v1``: launches and the custom VJP (gating stays in JAX,
+outside the kernels, differentiated by JAX)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
+
+from .._launch import launch
+from ._kernel import ssm1_bwd_kernel, ssm1_fwd_kernel
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    batch: int
+    seqlen: int
+    dim: int
+    dstate: int
+    block_t: int
+    block_d: int
+    block_n: int
+    num_warps: int
+    bwd_warps: int
+    num_stages: int
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.seqlen // self.block_t)
+
+    @property
+    def d_blocks(self) -> int:
+        return -(-self.dim // self.block_d)
+
+    def consts(self) -> dict[str, int]:
+        return dict(BLOCK_T=self.block_t, BLOCK_D=self.block_d, BLOCK_N=self.block_n)
+
+
+def _dummy() -> jax.Array:
+    return jnp.zeros((1,), F32)
+
+
+def forward(spec: Spec, x, A, B, C, D, dt, h0, *, store_states: bool) -> tuple[jax.Array, ...]:
+    b, s, d, n = spec.batch, spec.seqlen, spec.dim, spec.dstate
+    states_shape = (b, spec.num_chunks, d, n) if store_states else (1,)
+    y, hT, states = launch(
+        ssm1_fwd_kernel,
+        x, dt, A, B, C, D, h0 if h0 is not None else _dummy(), s, d, n,
+        out_shape=[
+            jax.ShapeDtypeStruct((b, s, d), x.dtype),
+            jax.ShapeDtypeStruct((b, d, n), F32),
+            jax.ShapeDtypeStruct(states_shape, F32),
+        ],
+        grid=(spec.d_blocks, b),
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        name="ejkernel_ssm1_fwd",
+        HAS_H0=h0 is not None,
+        STORE_STATES=store_states,
+        **spec.consts(),
+    )  # fmt: skip
+    return (y, hT, states) if store_states else (y, hT)
+
+
+def backward(spec: Spec, x, A, B, C, D, dt, states, dy, dhT) -> tuple[jax.Array, ...]:
+    b, s, d, n = spec.batch, spec.seqlen, spec.dim, spec.dstate
+    part = (b, spec.d_blocks, s, n)
+    return tuple(
+        launch(
+            ssm1_bwd_kernel,
+            x, dt, A, B, C, D, states, dy, dhT.astype(F32), s, d, n,
+            out_shape=[
+                jax.ShapeDtypeStruct(x.shape, x.dtype),
+                jax.ShapeDtypeStruct(dt.shape, dt.dtype),
+                jax.ShapeDtypeStruct(part, F32),
+                jax.ShapeDtypeStruct(part, F32),
+                jax.ShapeDtypeStruct((b, d, n), F32),
+                jax.ShapeDtypeStruct((b, d), F32),
+                jax.ShapeDtypeStruct((b, d, n), F32),
+            ],
+            grid=(spec.d_blocks, b),
+            num_warps=spec.bwd_warps,
+            num_stages=spec.num_stages,
+            name="ejkernel_ssm1_bwd",
+            **spec.consts(),
+        )
+    )  # fmt: skip
+
+
+# -- batching and differentiation --------------------------------------------------------------
+#
+# The launches are wrapped in jax.custom_batching.custom_vmap functions of a dict of the arrays
+# present, whose results all have the batch first: a vmapped axis folds into the batch when A and
+# D (shared by the batch) are not mapped, else the rule maps sequentially (lax.map). The custom
+# VJP sits outside; its reductions over the batch are plain JAX, batched by JAX.
+
+_SHARED = frozenset({"A", "D"})
+
+
+def _vmap_rule(spec: Spec, make, axis_size: int, in_batched, arrays: dict[str, Any]):
+    batched = in_batched[0]
+    if any(batched[n] for n in _SHARED):
+        mapped = {n: x if batched[n] else jnp.broadcast_to(x, (axis_size, *x.shape)) for n, x in arrays.items()}
+        outs = jax.lax.map(make(spec), mapped)
+        return outs, jax.tree.map(lambda _: True, outs)
+    folded = {}
+    for n, x in arrays.items():
+        if n in _SHARED:
+            folded[n] = x
+            continue
+        if not batched[n]:
+            x = jnp.broadcast_to(x, (axis_size, *x.shape))
+        folded[n] = x.reshape(axis_size * x.shape[1], *x.shape[2:])
+    outs = make(dataclasses.replace(spec, batch=spec.batch * axis_size))(folded)
+    outs = jax.tree.map(lambda o: o.reshape(axis_size, o.shape[0] // axis_size, *o.shape[1:]), outs)
+    return outs, jax.tree.map(lambda _: True, outs)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_fn(spec: Spec, store_states: bool):
+    @jax.custom_batching.custom_vmap
+    def fwd(a: dict[str, Any]):
+        return forward(spec, a["x"], a["A"], a["B"], a["C"], a["D"], a["dt"], a.get("h0"), store_states=store_states)
+
+    fwd.def_vmap(functools.partial(_vmap_rule, spec, lambda s: _forward_fn(s, store_states)))
+    return fwd
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_fn(spec: Spec):
+    @jax.custom_batching.custom_vmap
+    def bwd(a: dict[str, Any]):
+        return backward(spec, a["x"], a["A"], a["B"], a["C"], a["D"], a["dt"], a["states"], a["dy"], a["dhT"])
+
+    bwd.def_vmap(functools.partial(_vmap_rule, spec, _backward_fn))
+    return bwd
+
+
+def _arrays(**arrays: Any) -> dict[str, Any]:
+    return {n: x for n, x in arrays.items() if x is not None}
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _scan(spec: Spec, x, A, B, C, D, dt, h0):
+    return _forward_fn(spec, False)(_arrays(x=x, A=A, B=B, C=C, D=D, dt=dt, h0=h0))
+
+
+def _scan_fwd(spec: Spec, x, A, B, C, D, dt, h0):
+    y, hT, states = _forward_fn(spec, True)(_arrays(x=x, A=A, B=B, C=C, D=D, dt=dt, h0=h0))
+    return (y, hT), (x, A, B, C, D, dt, h0, states)
+
+
+def _scan_bwd(spec: Spec, res, cts):
+    x, A, B, C, D, dt, h0, states = res
+    dy, dhT = cts
+    dx, ddt, dB, dC, dA, dD, dh0 = _backward_fn(spec)(
+        dict(x=x, A=A, B=B, C=C, D=D, dt=dt, states=states, dy=dy, dhT=dhT.astype(F32))
+    )
+    return (
+        dx,
+        dA.sum(axis=0).astype(A.dtype),
+        dB.sum(axis=1).astype(B.dtype),
+        dC.sum(axis=1).astype(C.dtype),
+        dD.sum(axis=0).astype(D.dtype),
+        ddt,
+        None if h0 is None else dh0.astype(h0.dtype),
+    )
+
+
+_scan.defvjp(_scan_fwd, _scan_bwd)
+
+
+def make_spec(args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Spec:
+    assert cfg.block_d and cfg.block_e and cfg.num_warps and cfg.num_stages
+    n = args.state
+    return Spec(
+        batch=args.batch,
+        seqlen=args.seq,
+        dim=args.intermediate,
+        dstate=n,
+        block_t=cfg.block_e,
+        block_d=cfg.block_d,
+        block_n=max(2, 1 << (n - 1).bit_length()),
+        num_warps=cfg.num_warps,
+        bwd_warps=min(32, 2 * cfg.num_warps),
+        num_stages=cfg.num_stages,
+    )
+
+
+def state_space_v1(args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Any:
+    spec = make_spec(args, cfg)
+    y, hT = _scan(spec, args.hidden_states, args.A, args.B, args.C, args.D, args.dt, args.initial_state)
+    return args.finish(y, hT)

@@ -1,0 +1,93 @@
+"""The Triton grouped GEMM (forward, dlhs, tgmm) with its host wrapper in Triton's interpreter.
+
+Run with ``TRITON_INTERPRET=1`` (``nox -s triton_interpret``): every conformance case of
+``grouped_matmul`` (outputs and the gradients of lhs, rhs, existing_out and rhs_bias against the
+float32 reference) through ``check_impl`` on a pretend Hopper GPU, with 16-wide tiles so every
+kernel visits several tiles per group, tiles wider than the small groups, and a split ``drhs``
+reduction. The interpreter's ``tl.dot`` is wrong on bfloat16 operands: those cases run in float16.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ejkernel.ops import DeviceInfo, kernel_registry
+from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
+from ejkernel.ops.grouped_matmul.cases import CASES, FULL_CASES, GroupedMatmulCase
+from ejkernel.testing import conformance as C
+
+if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated in interpreter mode
+    raise RuntimeError("run with TRITON_INTERPRET=1 (nox -s triton_interpret)")
+
+from ejkernel_triton._launch import interpreted
+from ejkernel_triton.grouped_matmul import TritonGroupedMatmul
+from ejkernel_triton.grouped_matmul._plan import gmm_schedule, max_tiles
+
+OP = "grouped_matmul"
+GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))
+CONFIGS = {
+    "16x16x16": GroupedMatmulConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, split_k=1),
+    "32x16x16-split3-persistent": GroupedMatmulConfig(
+        block_m=32, block_n=16, block_k=16, num_warps=4, num_stages=1, split_k=3, persistent=True
+    ),
+}
+_low = [c.with_dtype("float16") if c.dtype == "bfloat16" else c for c in CASES]
+_EXTRA = [c for c in FULL_CASES if c.name in ("many-small", "expert-shard-t")]
+INTERP_CASES = [*_low, *_EXTRA]
+IMPL = kernel_registry.get(OP, platform="triton")
+
+
+@pytest.fixture(autouse=True)
+def _interpreted():
+    with interpreted():
+        yield
+
+
+def test_the_registered_implementation():
+    assert isinstance(IMPL, TritonGroupedMatmul)
+    assert IMPL.available(GPU) is None
+
+
+@pytest.mark.parametrize("cfg_id", list(CONFIGS))
+@pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: c.name)
+def test_conformance(case, cfg_id):
+    assert C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU) == "ok"
+
+
+def test_heuristic_config_runs():
+    case = GroupedMatmulCase("heuristic", m=150, k=64, n=48, group_sizes=(70, 0, 80), dtype="float16")
+    assert C.check_impl(IMPL, case, None, device=GPU) == "ok"
+
+
+_SIZES = [(5, 0, 40, 1), (0, 0, 0), (64,), (17, 16, 15, 0, 33)]
+# (sizes, group_offset, local groups): every group, and a slice of two from group 1 where one exists.
+_SLICES = [(s, 0, len(s)) for s in _SIZES] + [(s, 1, 2) for s in _SIZES if len(s) >= 3]
+
+
+@pytest.mark.parametrize("sizes,offset,local", _SLICES)
+def test_schedule_covers_every_row_once(sizes, offset, local):
+    """Each row of [0, m) lies in exactly one tile, tagged with its local group (-1 outside)."""
+    m, bm = 120, 16
+    sizes_np = np.asarray(sizes)
+    cum = np.concatenate([[0], np.cumsum(sizes_np)])
+    starts, ends = cum[offset : offset + local], cum[offset + 1 : offset + local + 1]
+    seg, row0, end, count = (
+        np.asarray(x) for x in gmm_schedule(jnp.asarray(starts, jnp.int32), jnp.asarray(ends, jnp.int32), m, bm)
+    )
+    assert (seg[: int(count[0])] > -2).all() and (seg[int(count[0]) :] == -2).all()
+    assert len(seg) == max_tiles(m, local, bm)
+    owner = np.full(m, -9)
+    for s, r, e in zip(seg, row0, end, strict=True):
+        if s == -2:
+            continue
+        rows = np.arange(r, min(r + bm, e))
+        assert (owner[rows] == -9).all(), "a row in two tiles"
+        owner[rows] = s
+    expect = np.full(m, -1)
+    for j in range(local):
+        expect[starts[j] : ends[j]] = j
+    np.testing.assert_array_equal(owner, expect)

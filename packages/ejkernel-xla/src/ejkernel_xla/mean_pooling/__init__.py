@@ -1,0 +1,3 @@
+from .impl import XlaMeanPooling
+
+__all__ = ["XlaMeanPooling"]

@@ -1,0 +1,3 @@
+from .impl import XlaStateSpaceV1
+
+__all__ = ["XlaStateSpaceV1"]
