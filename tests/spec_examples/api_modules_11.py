@@ -2,8 +2,6 @@
 
 # spec: api-modules.md:262
 # edit: none
-# xfail-raises: TypeError
-# xfail: gla_attention has no gate= keyword: the gates are its 4th positional array g (gla_attention(query, key, value, gate_values)), log-space forget gates
 # needs-op: gla_attention
 # scaffolding: query, key, value (random) and gate_values, log-space forget gates [batch, seq, heads, head_dim]
 

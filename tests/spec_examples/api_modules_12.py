@@ -2,8 +2,6 @@
 
 # spec: api-modules.md:277
 # edit: none
-# xfail-raises: TypeError
-# xfail: lightning_attention takes layer_idx= and num_layers= (the per-head decay is derived from the layer), not decay=; for explicit per-head decay rates use recurrent_attention(..., g_gamma=log(decay))
 # needs-op: lightning_attention
 # scaffolding: query, key, value (random) and decay_factor, one decay rate per head
 

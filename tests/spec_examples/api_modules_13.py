@@ -2,8 +2,6 @@
 
 # spec: api-modules.md:292
 # edit: none
-# xfail-raises: TypeError
-# xfail: recurrent_attention has no state= keyword and returns the state only when asked: recurrent_attention(query, key, value, initial_state=previous_state, return_state=True)
 # needs-op: recurrent_attention
 # scaffolding: query, key, value (random) and previous_state [batch, heads, head_dim_k, head_dim_v] (random)
 

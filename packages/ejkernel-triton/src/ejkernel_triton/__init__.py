@@ -31,11 +31,25 @@ def register(registry: Any) -> None:
     from ejkernel.ops.ring_attention import RingAttentionImpl
 
     from .flash_attention import TritonFlashAttention
+    from .gated_delta_rule import TritonGatedDeltaRule
+    from .gla_attention import TritonGLAttention
     from .grouped_matmul import TritonGroupedMatmul
+    from .kernel_delta_attention import TritonKernelDeltaAttention
+    from .lightning_attention import TritonLightningAttention
     from .mean_pooling import TritonMeanPooling
+    from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
+    from .state_space_v2 import TritonStateSpaceV2
 
     registry.register("flash_attention", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonFlashAttention)
+    registry.register("gla_attention", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonGLAttention)
+    registry.register("lightning_attention", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonLightningAttention)
+    registry.register("recurrent_attention", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonRecurrentAttention)
+    registry.register("state_space_v2", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonStateSpaceV2)
+    registry.register("kernel_delta_attention", Platform.TRITON, Backend.GPU, priority=PRIORITY)(
+        TritonKernelDeltaAttention
+    )
+    registry.register("gated_delta_rule", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonGatedDeltaRule)
     registry.register("grouped_matmul", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonGroupedMatmul)
     registry.register("mean_pooling", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonMeanPooling)
     registry.register("state_space_v1", Platform.TRITON, Backend.GPU, priority=PRIORITY)(TritonStateSpaceV1)

@@ -1,0 +1,154 @@
+"""Triton kernels of the chunked delta rule's inter-chunk part (fla's ``chunk_gated_delta_rule_fwd_h``,
+``chunk_fwd_o`` and ``chunk_gated_delta_rule_bwd_dhu`` family), on the chunk-aligned, head-major
+layout of :mod:`ejkernel.ops.families.delta_rule_math` (``[R·HV, NC·C, ...]``; every sequence starts
+a chunk, padding is inert).
+
+- ``delta_fwd_h_kernel``: one program per (head row, value block) walks the chunks in order,
+  keeps the state block ``S [K, BV]`` in float32 registers and writes the state entering each
+  chunk, the corrected values ``V' = U - W S`` and the final state(s):
+  ``S ← exp(γ_last) ⊙ S + (K ⊙ exp(γ_last - γ))ᵀ V'``.
+- ``delta_fwd_o_kernel``: one program per (chunk, value block, head row):
+  ``O = (Q ⊙ exp(γ)) S + Aqk V'``.
+- ``delta_bwd_dh_kernel``: the reverse walk: with ``dS`` the gradient of the state leaving a
+  chunk, ``dV' = Aqkᵀ dO + (K ⊙ exp(γ_last - γ)) dS`` and the gradient of the state entering
+  it ``Qgᵀ dO + exp(γ_last) ⊙ dS - Wᵀ dV'``.
+
+Under varlen (``VARLEN``) a chunk flagged ``first`` restarts from its sequence's initial state
+(forward) and hands its state gradient to that initial state (backward); a chunk flagged
+``last`` writes its sequence's final state (forward) and takes that state's gradient (backward).
+Matmul operands are in the inputs' dtype (``IEEE``: float32 inputs, full-precision dots).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dot(a, b, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def delta_fwd_h_kernel(
+    w, u, kg, gl, h0, first, seq, last, NC, HV,
+    states, vn, final,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    VARLEN: tl.constexpr, HAS_H0: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    i_rh = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    i_h = i_rh % HV
+    o_c = tl.arange(0, C)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    L = NC * C
+    p_state = o_k[:, None] * V + o_v[None, :]  # [BK, BV] offsets in a [K, V] state
+    b_s = tl.zeros([BK, BV], dtype=tl.float32)
+    if HAS_H0 and not VARLEN:
+        b_s = tl.load(h0 + i_rh * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    dt = w.dtype.element_ty
+    for i_c in range(NC):
+        t0 = i_c * C
+        if VARLEN:
+            f = tl.load(first + i_c)
+            s_id = tl.load(seq + i_c).to(tl.int64)
+            if HAS_H0:
+                b_init = tl.load(h0 + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+            else:
+                b_init = tl.zeros([BK, BV], dtype=tl.float32)
+            b_s = tl.where(f != 0, b_init, b_s)
+        tl.store(states + (i_rh * NC + i_c) * K * V + p_state, b_s.to(states.dtype.element_ty), mask=m_kv)
+        rows = i_rh * L + t0 + o_c  # [C]
+        b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+        b_u = tl.load(u + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0).to(tl.float32)
+        b_vn = b_u - _dot(b_w, b_s.to(dt), IEEE)  # [C, BV]
+        tl.store(vn + rows[:, None] * V + o_v[None, :], b_vn.to(vn.dtype.element_ty), mask=m_v[None, :])
+        b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+        b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)  # [BK]
+        b_s = b_s * b_gl[:, None] + _dot(tl.trans(b_kg), b_vn.to(dt), IEEE)
+        if VARLEN:
+            e = tl.load(last + i_c)
+            tl.store(final + (s_id * HV + i_h) * K * V + p_state, b_s, mask=m_kv & (e != 0))
+    if not VARLEN:
+        tl.store(final + i_rh * K * V + p_state, b_s, mask=m_kv)
+
+
+@triton.jit
+def delta_fwd_o_kernel(
+    qg, states, aqk, vn, NC,
+    o,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    i_c = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    i_rh = tl.program_id(2).to(tl.int64)
+    o_c = tl.arange(0, C)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    rows = i_rh * NC * C + i_c * C + o_c
+    b_q = tl.load(qg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+    b_s = tl.load(
+        states + (i_rh * NC + i_c) * K * V + o_k[:, None] * V + o_v[None, :],
+        mask=m_k[:, None] & m_v[None, :], other=0.0,
+    )  # fmt: skip
+    b_a = tl.load(aqk + rows[:, None] * C + o_c[None, :])  # [C, C]
+    b_vn = tl.load(vn + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]
+    b_o = _dot(b_q, b_s.to(b_q.dtype), IEEE) + _dot(b_a, b_vn.to(b_a.dtype), IEEE)
+    tl.store(o + rows[:, None] * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=m_v[None, :])
+
+
+@triton.jit
+def delta_bwd_dh_kernel(
+    qg, kg, w, gl, aqk, do, dfinal, first, seq, last, NC, HV,
+    dstates, dvn, dh0,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    VARLEN: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    i_rh = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    i_h = i_rh % HV
+    o_c = tl.arange(0, C)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    L = NC * C
+    p_state = o_k[:, None] * V + o_v[None, :]
+    b_ds = tl.zeros([BK, BV], dtype=tl.float32)
+    if not VARLEN:
+        b_ds = tl.load(dfinal + i_rh * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    dt = w.dtype.element_ty
+    for j in range(NC):
+        i_c = NC - 1 - j
+        t0 = i_c * C
+        if VARLEN:
+            e = tl.load(last + i_c)
+            s_id = tl.load(seq + i_c).to(tl.int64)
+            b_fin = tl.load(dfinal + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+            b_ds = tl.where(e != 0, b_fin, b_ds)
+        tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds, mask=m_kv)
+        rows = i_rh * L + t0 + o_c
+        b_do = tl.load(do + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]
+        b_a = tl.load(aqk + rows[:, None] * C + o_c[None, :])  # [C, C]
+        b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+        b_dvn = _dot(tl.trans(b_a), b_do.to(dt), IEEE) + _dot(b_kg, b_ds.to(dt), IEEE)  # [C, BV]
+        tl.store(dvn + rows[:, None] * V + o_v[None, :], b_dvn, mask=m_v[None, :])
+        b_q = tl.load(qg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
+        b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
+        b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_ds = b_ds * b_gl[:, None] + _dot(tl.trans(b_q), b_do.to(dt), IEEE) - _dot(tl.trans(b_w), b_dvn.to(dt), IEEE)
+        if VARLEN:
+            f = tl.load(first + i_c)
+            tl.store(dh0 + (s_id * HV + i_h) * K * V + p_state, b_ds, mask=m_kv & (f != 0))
+    if not VARLEN:
+        tl.store(dh0 + i_rh * K * V + p_state, b_ds, mask=m_kv)

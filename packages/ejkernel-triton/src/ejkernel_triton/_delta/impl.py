@@ -1,0 +1,89 @@
+"""The Triton delta rule (base of ``kernel_delta_attention`` and ``gated_delta_rule``): what it
+declares, its configs, its entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from ejkernel.ops import DeviceInfo, KernelImpl
+from ejkernel.ops.families import delta_rule_math as M
+from ejkernel.ops.families.delta_rule import DeltaRuleArgs, DeltaRuleConfig, recurrent_delta_rule
+
+from .._launch import availability
+
+# 64-token chunks (fla's choice: 64×64 intra-chunk matmuls, T/64 sequential state steps); 32
+# value columns per program: a 128×32 float32 state block stays in registers at 4 warps and
+# B·H·V/32 programs fill an H100/H200 at training shapes.
+CHUNK = 64
+BLOCK_V = 32
+NUM_WARPS = 4
+NUM_STAGES = 2
+
+
+class TritonDeltaRule(KernelImpl):
+    """The chunked delta rule with its inter-chunk state recurrence and output (forward and
+    backward) in Triton kernels, the intra-chunk WY transform in JAX (NVIDIA GPUs, compute
+    capability >= 8.0). One token per sequence takes the step path."""
+
+    version = "1"
+    device_requirement = "an NVIDIA GPU"
+    config_cls: ClassVar[type[DeltaRuleConfig]] = DeltaRuleConfig
+    dtypes = ("float16", "bfloat16", "float32")
+    max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256}
+    test_configs: ClassVar[Mapping[str, DeltaRuleConfig]] = {}
+
+    def available(self, device: DeviceInfo) -> str | None:
+        if device.compute_capability is None:
+            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
+        if device.compute_capability < (8, 0):
+            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
+        return availability()
+
+    def heuristic_cfg(self, args: DeltaRuleArgs, device: DeviceInfo) -> DeltaRuleConfig:
+        return self.config_cls(
+            chunk_size=CHUNK,
+            chunked=args.seq != 1 or args.is_varlen,
+            block_v=min(BLOCK_V, max(16, 1 << (max(args.value_head_dim, 1) - 1).bit_length())),
+            num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES,
+        )
+
+    def candidate_cfgs(self, args: DeltaRuleArgs, device: DeviceInfo) -> list[DeltaRuleConfig]:
+        base = self.heuristic_cfg(args, device)
+        if not base.chunked:
+            return [base]
+        return [
+            self.config_cls(chunk_size=CHUNK, chunked=True, block_v=bv, num_warps=nw, num_stages=NUM_STAGES)
+            for bv in (16, 32, 64)
+            for nw in (2, 4, 8)
+        ]
+
+    def validate_cfg(self, cfg: DeltaRuleConfig, args: DeltaRuleArgs, device: DeviceInfo) -> None:
+        if cfg.chunked is not False and (cfg.chunk_size is None or cfg.chunk_size < 16):
+            raise ValueError(f"triton {self.op_name}: chunk_size must be >= 16 (a tl.dot side), got {cfg.chunk_size}")
+
+    def run(self, args: DeltaRuleArgs, cfg: DeltaRuleConfig) -> Any:
+        if cfg.chunked is False:
+            out, final = recurrent_delta_rule(
+                args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
+                scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm,
+            )  # fmt: skip
+            out = out.astype(args.value.dtype)
+        else:
+            from ._call import triton_delta_rule
+
+            c = M.to_chunks(
+                args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
+                scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=cfg.chunk_size or CHUNK,
+            )  # fmt: skip
+            intra = M.intra_chunk(c)
+            o, final = triton_delta_rule(
+                c, intra, jnp.dtype(args.value.dtype),
+                block_v=cfg.block_v or BLOCK_V, num_warps=cfg.num_warps or NUM_WARPS,
+                num_stages=cfg.num_stages or NUM_STAGES,
+            )  # fmt: skip
+            out = M.from_chunks(c, o).astype(args.value.dtype)
+        return (out, final) if args.return_state else out

@@ -1,0 +1,209 @@
+"""Host side of the Triton chunked linear attention: chunk tables, launches, custom VJP.
+
+``linear_attention(problem, chunk, block_v, warps, stages)`` computes a
+:class:`~ejkernel.ops.families.linear_attention.LinearProblem` (no value gate) and is
+differentiable in q, k, v, the key gate and the initial state. Scalar gates are broadcast over
+the key channels; ``reverse`` flips the rows (and mirrors ``cu_seqlens``) around the kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ejkernel.ops.families.linear_attention import LinearProblem
+
+from .._launch import launch
+from ._kernel import linear_bwd_dh_kernel, linear_bwd_dqkv_kernel, linear_fwd_h_kernel, linear_fwd_o_kernel
+
+F32 = jnp.float32
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _tile(n: int, cap: int | None = None) -> int:
+    """A block over a dim of size ``n``: a power of two, at most ``cap``, and at least 16, the
+    smallest operand ``tl.dot`` takes (the loads and stores are masked to the dim)."""
+    b = _pow2(n) if cap is None else min(cap, _pow2(n))
+    return max(16, b)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Static description of one call (hashable: the custom VJP's non-differentiable argument)."""
+
+    tokens: int  # rows of the flattened [tokens, heads, dim] tensors
+    batch: int  # batch rows (1 with cu_seqlens)
+    seq: int
+    num_seqs: int
+    n_chunks: int  # chunk slots (an upper bound with cu_seqlens)
+    heads: int
+    kv_heads: int
+    head_dim: int
+    value_head_dim: int
+    chunk: int
+    block_v: int
+    warps: int
+    stages: int
+    scale: float
+    varlen: bool
+
+    @property
+    def prec(self) -> str:
+        return "ieee"  # float32 inputs: no TF32 in the products (16-bit inputs ignore it)
+
+    def consts(self, **extra: Any) -> dict[str, Any]:
+        return dict(H=self.heads, K=self.head_dim, V=self.value_head_dim, BT=self.chunk, PREC=self.prec, **extra)
+
+
+def chunk_tables(cu: jax.Array, spec: Spec) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``choff [num_seqs + 1]`` (first chunk of each sequence) and ``chunk_start``,
+    ``chunk_end [n_chunks]`` (token rows; empty for unused slots). Traced-safe."""
+    n, c = spec.num_seqs, spec.chunk
+    lens = cu[1:] - cu[:-1]
+    nch = (lens + c - 1) // c
+    choff = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(nch).astype(jnp.int32)])
+    idx = jnp.arange(spec.n_chunks, dtype=jnp.int32)
+    seq = jnp.clip(jnp.searchsorted(choff[1:], idx, side="right"), 0, n - 1).astype(jnp.int32)
+    start = cu[seq] + (idx - choff[seq]) * c
+    end = jnp.minimum(start + c, cu[seq + 1])
+    valid = idx < choff[n]
+    return choff, jnp.where(valid, start, 0).astype(jnp.int32), jnp.where(valid, end, 0).astype(jnp.int32)
+
+
+def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
+    """``o [tokens, H, V]``, ``ht [num_seqs, H, K, V]`` float32 and the chunk states ``hs``."""
+    H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
+    bk, bv = _tile(K, 64), _tile(V, 64)
+    # The chunk states are stored in the inputs' dtype: the products that read them take that
+    # dtype anyway (fla does the same), and they are the kernels' largest traffic.
+    hs, ht = launch(
+        linear_fwd_h_kernel, k, v, g, h0, cu, choff,
+        out_shape=[
+            jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), q.dtype),
+            jax.ShapeDtypeStruct((spec.num_seqs, H, K, V), F32),
+        ],
+        grid=(_cdiv(K, bk), _cdiv(V, bv), spec.num_seqs * H),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_h",
+        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
+    )  # fmt: skip
+    bv_o = _tile(V, spec.block_v)
+    (o,) = launch(
+        linear_fwd_o_kernel, q, k, v, g, hs, cstart, cend, np.float32(spec.scale),
+        out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), q.dtype)],
+        grid=(_cdiv(V, bv_o), spec.n_chunks, H),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_o",
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o),
+    )  # fmt: skip
+    return o, ht, hs
+
+
+def _backward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht):
+    H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
+    bk, bv = _tile(K, 64), _tile(V, 64)
+    do = do.astype(q.dtype)
+    dhs, dh0 = launch(
+        linear_bwd_dh_kernel, q, g, do, dht, cu, choff, np.float32(spec.scale),
+        out_shape=[
+            jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), q.dtype),
+            jax.ShapeDtypeStruct((spec.num_seqs, H, K, V), F32),
+        ],
+        grid=(_cdiv(K, bk), _cdiv(V, bv), spec.num_seqs * H),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dh",
+        **spec.consts(BK=bk, BV=bv),
+    )  # fmt: skip
+    dq, dk, dv, dg = launch(
+        linear_bwd_dqkv_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
+        out_shape=[
+            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
+            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
+            jax.ShapeDtypeStruct((spec.tokens, H, V), F32),
+            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
+        ],
+        grid=(spec.n_chunks, H),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqkv",
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=_tile(V, spec.block_v)),
+    )  # fmt: skip
+    return dq, dk, dv, dg, dh0
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _core(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
+    o, ht, _ = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
+    return o, ht
+
+
+def _core_fwd(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
+    o, ht, _ = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
+    # The chunk states are recomputed in the backward pass (one state per chunk is as large as
+    # the inputs at head dims ~ chunk size: not worth keeping).
+    return (o, ht), (q, k, v, g, h0, cu, choff, cstart, cend)
+
+
+def _core_bwd(spec: Spec, res, cts):
+    q, k, v, g, h0, cu, choff, cstart, cend = res
+    do, dht = cts
+    _, _, hs = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
+    dht = dht.astype(F32)
+    dq, dk, dv, dg, dh0 = _backward(spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht)
+    rep = spec.heads // spec.kv_heads
+    if rep > 1:
+        dk = dk.reshape(spec.tokens, spec.kv_heads, rep, -1).sum(2)
+        dv = dv.reshape(spec.tokens, spec.kv_heads, rep, -1).sum(2)
+    return (
+        dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype), dh0.astype(h0.dtype),
+        None, None, None, None,
+    )  # fmt: skip
+
+
+_core.defvjp(_core_fwd, _core_bwd)
+
+
+def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, stages: int) -> tuple[Any, Any]:
+    """``(out [b, t, h, dv], final_state [num_seqs, h, dk, dv] float32)`` of ``p`` (``gv`` unsupported)."""
+    if p.gv is not None:
+        raise ValueError("the Triton linear attention has no value gate (gv)")
+    b, t, h, dk = p.q.shape
+    hk, dv = p.k.shape[2], p.v.shape[3]
+    g = jnp.zeros((b, t, h, dk), F32) if p.gk is None else p.gk.astype(F32)
+    if p.gs is not None:
+        g = g + p.gs.astype(F32)[..., None]
+    q, k, v, cu, h0 = p.q, p.k, p.v, p.cu_seqlens, p.initial_state
+    varlen = cu is not None
+    n_seqs = p.num_seqs
+    h0 = jnp.zeros((n_seqs, h, dk, dv), F32) if h0 is None else h0
+    if p.reverse:
+        q, k, v, g = (jnp.flip(x, 1) for x in (q, k, v, g))
+        if varlen:
+            cu, h0 = t - cu[::-1], h0[::-1]
+    if varlen:
+        cu = cu.astype(jnp.int32)
+        n_chunks = _cdiv(t, chunk) + n_seqs
+    else:
+        cu = jnp.arange(b + 1, dtype=jnp.int32) * t
+        n_chunks = b * _cdiv(t, chunk)
+    spec = Spec(
+        tokens=b * t, batch=b, seq=t, num_seqs=n_seqs, n_chunks=n_chunks, heads=h, kv_heads=hk, head_dim=dk,
+        value_head_dim=dv, chunk=chunk, block_v=block_v, warps=warps, stages=stages, scale=float(p.scale),
+        varlen=varlen,
+    )  # fmt: skip
+    choff, cstart, cend = chunk_tables(cu, spec)
+    flat = [x.reshape(b * t, *x.shape[2:]) for x in (q, k, v, g)]
+    o, ht = _core(spec, *flat, h0, cu, choff, cstart, cend)
+    o = o.reshape(b, t, h, dv)
+    if p.reverse:
+        o = jnp.flip(o, 1)
+        if varlen:
+            ht = ht[::-1]
+    return o, ht

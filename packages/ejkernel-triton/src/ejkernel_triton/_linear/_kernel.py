@@ -1,0 +1,248 @@
+"""Chunked gated linear attention in Triton (fla's ``chunk_gla`` family; GLA, Yang et al. 2024, §4).
+
+Tokens are ``[total_tokens, heads, dim]`` (batch rows or packed sequences back to back); chunk
+``c`` covers rows ``[chunk_start[c], chunk_end[c])`` of one sequence (a sequence's chunks start at
+its first token, so no chunk crosses a boundary: varlen needs no padding). ``g`` is the float32
+log gate per key channel (scalar gates arrive broadcast). Within a chunk ``G`` is its inclusive
+cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total.
+
+- ``linear_fwd_h_kernel``: per (sequence, head, K tile, V tile), the chunk-state recurrence
+  ``S ← diag(exp(G_C)) S + (k ⊙ exp(G_C − G))ᵀ v``, storing the state entering every chunk.
+- ``linear_fwd_o_kernel``: per (chunk, head, V tile), ``o = (q ⊙ exp(G)) S_in + A v`` with the
+  intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``) built column by
+  column: every exponent spans positions ``s..t`` of the chunk, so it is a sum of gates, never the
+  difference of two large cumulated sums (exact for any decay; the factored
+  ``(q e^{G}) (k e^{−G})ᵀ`` overflows once a chunk decays by ~88 nats).
+- ``linear_bwd_dh_kernel``: the reverse recurrence of the state gradients,
+  ``dS ← diag(exp(G_C)) dS + (q ⊙ exp(G))ᵀ do``, storing the gradient leaving every chunk.
+- ``linear_bwd_dqkv_kernel``: per (chunk, head), dq, dk, dv from the recomputed states and the
+  state gradients, the intra-chunk part column by column as in the forward.
+
+The dqkv kernel also writes the gate gradient, chunk by chunk (see its comments): the usual
+``dg_u = Σ_{t >= u} (q_t dq_t − k_t dk_t)`` over the whole sequence subtracts terms of order one
+that cancel exactly (each pair s = t, each key's path to the final state); their rounding, summed
+over a sequence, swamps the small true gradient of a steeply decayed gate.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_rows(ptr, rows, m_rows, heads, head, cols, m_cols, DIM: tl.constexpr):
+    """``[rows, cols]`` of a ``[tokens, heads, DIM]`` tensor (zeros outside the masks)."""
+    offs = (rows[:, None] * heads + head) * DIM + cols[None, :]
+    return tl.load(ptr + offs, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
+
+
+@triton.jit
+def _state_ptrs(ptr, index, head, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, o_k, o_v):
+    """Pointers of a ``[BK, BV]`` tile of state ``index`` of a ``[n, H, K, V]`` tensor."""
+    return ptr + ((index * H + head) * K + o_k[:, None]).to(tl.int64) * V + o_v[None, :]
+
+
+@triton.jit
+def _row(x, o_t, j):
+    """Row ``j`` of a ``[BT, D]`` tile, as a ``[D]`` vector."""
+    return tl.sum(tl.where((o_t == j)[:, None], x, 0.0), axis=0)
+
+
+@triton.jit
+def linear_fwd_h_kernel(
+    k, v, g, h0, cu, choff,
+    hs, ht,
+    H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos = tl.load(cu + i_n).to(tl.int64)
+    eos = tl.load(cu + i_n + 1).to(tl.int64)
+    c0 = tl.load(choff + i_n)
+    n_chunks = tl.load(choff + i_n + 1) - c0
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    b_h = tl.load(_state_ptrs(h0, i_n, i_h, H, K, V, o_k, o_v), mask=m_kv, other=0.0).to(tl.float32)  # [BK, BV]
+    for i in range(n_chunks):
+        tl.store(_state_ptrs(hs, c0 + i, i_h, H, K, V, o_k, o_v), b_h.to(hs.dtype.element_ty), mask=m_kv)
+        rows = bos + i * BT + o_t
+        m_t = rows < eos
+        b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)  # [BT, BK]
+        b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
+        b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)  # [BT, BK] float32
+        b_G = tl.cumsum(b_g, axis=0)
+        b_gl = tl.sum(b_g, axis=0)  # [BK]
+        b_kg = (b_k.to(tl.float32) * tl.exp(b_gl[None, :] - b_G)).to(b_v.dtype)
+        b_h = b_h * tl.exp(b_gl)[:, None] + tl.dot(tl.trans(b_kg), b_v, input_precision=PREC)
+    tl.store(_state_ptrs(ht, i_n, i_h, H, K, V, o_k, o_v), b_h, mask=m_kv)
+
+
+@triton.jit
+def _intra_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
+    """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0."""
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    for j in range(BT):
+        b_kj = _row(b_k, o_t, j)
+        b_gj = _row(b_G, o_t, j)
+        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))
+        col = tl.sum(b_q * b_kj[None, :] * b_e, axis=1)
+        b_A = tl.where((o_t == j)[None, :], col[:, None], b_A)
+    return b_A
+
+
+@triton.jit
+def linear_fwd_o_kernel(
+    q, k, v, g, hs, cstart, cend, scale,
+    o,
+    H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hk = i_h // (H // HKV)
+    t0 = tl.load(cstart + i_c).to(tl.int64)
+    t1 = tl.load(cend + i_c).to(tl.int64)
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    rows = t0 + o_t
+    m_t = rows < t1
+    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
+    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
+    b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
+    b_G = tl.cumsum(_load_rows(g, rows, m_t, H, i_h, o_k, m_k, K), axis=0)
+    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT)
+    b_h = tl.load(_state_ptrs(hs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
+    b_qg = (b_q * tl.exp(b_G)).to(b_v.dtype)
+    b_o = tl.dot(b_qg, b_h.to(b_v.dtype), input_precision=PREC)
+    b_o += tl.dot(b_A.to(b_v.dtype), b_v, input_precision=PREC)
+    p_o = o + (rows[:, None] * H + i_h) * V + o_v[None, :]
+    tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
+
+
+@triton.jit
+def linear_bwd_dh_kernel(
+    q, g, do, dht, cu, choff, scale,
+    dhs, dh0,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos = tl.load(cu + i_n).to(tl.int64)
+    eos = tl.load(cu + i_n + 1).to(tl.int64)
+    c0 = tl.load(choff + i_n)
+    n_chunks = tl.load(choff + i_n + 1) - c0
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    b_dh = tl.load(_state_ptrs(dht, i_n, i_h, H, K, V, o_k, o_v), mask=m_kv, other=0.0).to(tl.float32)
+    for i in range(n_chunks):
+        ic = n_chunks - 1 - i
+        tl.store(_state_ptrs(dhs, c0 + ic, i_h, H, K, V, o_k, o_v), b_dh.to(dhs.dtype.element_ty), mask=m_kv)
+        rows = bos + ic * BT + o_t
+        m_t = rows < eos
+        b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale
+        b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
+        b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V)  # [BT, BV]
+        b_G = tl.cumsum(b_g, axis=0)
+        b_gl = tl.sum(b_g, axis=0)
+        b_qg = (b_q * tl.exp(b_G)).to(b_do.dtype)
+        b_dh = b_dh * tl.exp(b_gl)[:, None] + tl.dot(tl.trans(b_qg), b_do, input_precision=PREC)
+    tl.store(_state_ptrs(dh0, i_n, i_h, H, K, V, o_k, o_v), b_dh, mask=m_kv)
+
+
+@triton.jit
+def linear_bwd_dqkv_kernel(
+    q, k, v, g, do, hs, dhs, cstart, cend, scale,
+    dq, dk, dv, dg,
+    H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    i_hk = i_h // (H // HKV)
+    t0 = tl.load(cstart + i_c).to(tl.int64)
+    t1 = tl.load(cend + i_c).to(tl.int64)
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    rows = t0 + o_t
+    m_t = rows < t1
+    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
+    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)
+    b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
+    b_G = tl.cumsum(b_g, axis=0)
+    b_gl = tl.sum(b_g, axis=0)
+    dt = b_k.dtype
+    b_dA = tl.zeros([BT, BT], dtype=tl.float32)
+    b_dq = tl.zeros([BT, BK], dtype=tl.float32)
+    b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+    b_hdh = tl.zeros([BK], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        m_kv = m_k[:, None] & m_v[None, :]
+        b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
+        b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V)
+        b_h = tl.load(_state_ptrs(hs, i_c, i_h, H, K, V, o_k, o_v), mask=m_kv, other=0.0).to(dt)  # [BK, BV]
+        b_dh = tl.load(_state_ptrs(dhs, i_c, i_h, H, K, V, o_k, o_v), mask=m_kv, other=0.0).to(dt)
+        b_dA += tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
+        b_dq += tl.dot(b_do, tl.trans(b_h), input_precision=PREC)
+        b_dk += tl.dot(b_v, tl.trans(b_dh), input_precision=PREC)
+        b_hdh += tl.sum(b_h.to(tl.float32) * b_dh.to(tl.float32), axis=1)
+    b_dq = b_dq * tl.exp(b_G)
+    b_dko = b_dk * tl.exp(b_gl[None, :] - b_G)  # through the state leaving the chunk
+    b_kf = b_k.to(tl.float32)
+    # Gate gradient, per chunk (no cancellation between chunks): gate u of the chunk carries
+    # (a)+(b) queries t >= u of the chunk: Σ_{t>=u} q_t·dq_t (intra pairs s < u and the entering
+    #         state), less Σ_{s>=u} k_s·dk_s^intra (intra pairs with both ends after u);
+    # (c)     keys s < u of the chunk reaching past it: Σ_{s<u} k_s·dk_s^out;
+    # (d)     the entering state reaching past it: exp(G_C) Σ_j S_in ⊙ dS_out.
+    b_kdo = b_kf * b_dko
+    b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + (tl.exp(b_gl) * b_hdh)[None, :]
+    b_dA = tl.where(o_t[:, None] >= o_t[None, :], b_dA, 0.0)
+    b_dk = tl.zeros([BT, BK], dtype=tl.float32)  # the intra part from here on
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    for j in range(BT):
+        b_kj = _row(b_kf, o_t, j)
+        b_gj = _row(b_G, o_t, j)
+        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
+        col = tl.sum(b_q * b_kj[None, :] * b_e, axis=1)
+        b_A = tl.where((o_t == j)[None, :], col[:, None], b_A)
+        # Pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to both q·dq and k·dk, which
+        # cancel in the gate gradient; it joins dq and dk below, after dgam is formed.
+        b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
+        b_dq += b_dAj[:, None] * b_kj[None, :] * b_e
+        b_dkj = tl.sum(b_dAj[:, None] * b_q * b_e, axis=0)  # [BK]
+        b_dk += tl.where((o_t == j)[:, None], b_dkj[None, :], 0.0)
+    m_tk = m_t[:, None] & m_k[None, :]
+    b_dg += tl.cumsum(b_q * b_dq - b_kf * b_dk, axis=0, reverse=True)
+    p_dg = dg + (rows[:, None] * H + i_h) * K + o_k[None, :]
+    tl.store(p_dg, b_dg, mask=m_tk)
+    b_dAd = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)  # [BT]
+    b_dq += b_dAd[:, None] * b_kf
+    b_dk += b_dAd[:, None] * b_q + b_dko
+    p_dq = dq + (rows[:, None] * H + i_h) * K + o_k[None, :]
+    tl.store(p_dq, (b_dq * scale).to(dq.dtype.element_ty), mask=m_tk)
+    p_dk = dk + (rows[:, None] * H + i_h) * K + o_k[None, :]
+    tl.store(p_dk, b_dk.to(dk.dtype.element_ty), mask=m_tk)
+    b_kg = (b_kf * tl.exp(b_gl[None, :] - b_G)).to(dt)
+    b_At = tl.trans(b_A).to(dt)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V)
+        b_dh = tl.load(_state_ptrs(dhs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0).to(
+            dt
+        )
+        b_dv = tl.dot(b_kg, b_dh, input_precision=PREC) + tl.dot(b_At, b_do, input_precision=PREC)
+        p_dv = dv + (rows[:, None] * H + i_h) * V + o_v[None, :]
+        tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])

@@ -1,0 +1,80 @@
+"""The Triton linear-attention kernels (``ejkernel_triton._linear``) in Triton's interpreter on the
+CPU, through the shared conformance suite on a pretend Hopper GPU: every case of
+``gla_attention``, ``lightning_attention``, ``recurrent_attention`` and ``state_space_v2``
+(bfloat16 cases run in float16: the interpreter's ``tl.dot`` is wrong on bfloat16), output and the
+gradient of every differentiable input; value-gate cases must decline with the declared reason.
+Small value tiles (16) so the kernels loop over several; 16- and 32-token chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ejkernel.ops import DeviceInfo, kernel_registry, op_class, run_impl
+from ejkernel.testing import conformance as C
+
+if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated in interpreter mode
+    raise RuntimeError("run with TRITON_INTERPRET=1 (nox -s triton_interpret)")
+
+from ejkernel_triton._launch import interpreted
+
+GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))
+OPS = ("gla_attention", "lightning_attention", "recurrent_attention", "state_space_v2")
+
+
+def _cases():
+    for op in OPS:
+        for case in op_class(op).get_cases():
+            c = case
+            if case.dtype == "bfloat16":
+                c = dataclasses.replace(case, name=case.name.replace("bfloat16", "float16"), dtype="float16")
+            yield pytest.param(op, c, id=f"{op}-{c.name}")
+
+
+@pytest.fixture(autouse=True)
+def _interpreted():
+    with interpreted():
+        yield
+
+
+@pytest.mark.parametrize(("op", "case"), list(_cases()))
+def test_conformance(op, case):
+    impl = kernel_registry.get(op, platform="triton")
+    chunk = 32 if case.name.startswith(("varlen", "gqa", "groups")) else 16
+    cfg = op_class(op).config_cls(chunk_size=chunk, block_v=16, num_warps=4, num_stages=1)
+    declined = "gv" in getattr(case, "gates", ())
+    assert C.check_impl(impl, case, cfg, device=GPU) == ("declined" if declined else "ok")
+
+
+def test_triton_matches_xla_on_a_long_steep_sequence():
+    """300 tokens (19 chunks) of steep per-channel gates, GQA, initial state: Triton and XLA agree,
+    outputs and every gradient."""
+    rng = np.random.default_rng(3)
+    q = jnp.asarray(rng.standard_normal((1, 300, 4, 32)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((1, 300, 2, 32)) / 6, jnp.float32)
+    v = jnp.asarray(rng.standard_normal((1, 300, 2, 16)), jnp.float32)
+    g = jnp.asarray(jax.nn.log_sigmoid(rng.standard_normal((1, 300, 4, 32)) * 3), jnp.float32)
+    h0 = jnp.asarray(rng.standard_normal((1, 4, 32, 16)), jnp.float32)
+    impl = kernel_registry.get("gla_attention", platform="triton")
+    cfg = op_class("gla_attention").config_cls(chunk_size=16, block_v=16, num_warps=4, num_stages=1)
+
+    def run(platform):
+        def loss(q, k, v, g, h0):
+            if platform == "triton":
+                o, s = run_impl(impl, C.bind("gla_attention", q, k, v, g, None, h0, return_state=True), cfg, device=GPU)
+            else:
+                o, s = op_class("gla_attention").function(q, k, v, g, None, h0, return_state=True, platform="xla")
+            return jnp.sum(jnp.sin(o)) + jnp.sum(jnp.cos(s))
+
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, h0)
+
+    (lt, gt), (lx, gx) = run("triton"), run("xla")
+    np.testing.assert_allclose(lt, lx, rtol=1e-5)
+    for a, b in zip(gt, gx, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=1e-4)

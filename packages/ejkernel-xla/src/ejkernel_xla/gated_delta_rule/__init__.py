@@ -1,0 +1,5 @@
+"""The XLA ``gated_delta_rule``."""
+
+from .impl import XlaGatedDeltaRule
+
+__all__ = ["XlaGatedDeltaRule"]

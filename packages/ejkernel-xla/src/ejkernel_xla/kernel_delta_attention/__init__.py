@@ -1,0 +1,5 @@
+"""The XLA ``kernel_delta_attention``."""
+
+from .impl import XlaKernelDeltaAttention
+
+__all__ = ["XlaKernelDeltaAttention"]
