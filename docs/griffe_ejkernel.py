@@ -20,6 +20,7 @@ What static analysis cannot see on its own, and the markup mkdocstrings does not
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import re
 import types
@@ -244,7 +245,11 @@ def _define_signature(func: griffe.Function) -> None:
             homes: set[str] = set()
             text = _annotation_text(p.annotation, homes)
             # Names resolve (and link) in the module that defines them.
-            scope = func.modules_collection[homes.pop()] if len(homes) == 1 else func.module
+            # (A module griffe did not load, e.g. jaxtyping's: the name stays as text there.)
+            scope = func.module
+            if len(homes) == 1:
+                with contextlib.suppress(KeyError):
+                    scope = func.modules_collection[homes.pop()]
             annotation = griffe.safe_get_annotation(ast.parse(text, mode="eval").body, parent=scope) or text
         params.append(
             griffe.Parameter(

@@ -39,8 +39,9 @@ def lightning_attention(
     MiniMax code uses ALiBi slopes instead: pass them as ``decay=slopes``.
 
     Args:
-        query, key, value, initial_state, cu_seqlens, softmax_scale, reverse, return_state:
-            as in :func:`ejkernel.gla_attention` (GQA, varlen, decode with ``seq == 1``).
+        query, key, value: as in :func:`ejkernel.gla_attention` (GQA, decode with ``seq == 1``).
+        initial_state, cu_seqlens: as in :func:`ejkernel.gla_attention` (varlen).
+        softmax_scale, reverse, return_state: as in :func:`ejkernel.gla_attention`.
         layer_idx: this layer's index, in ``[0, num_layers)`` (required unless ``decay`` is given).
         num_layers: layers of the model (required unless ``decay`` is given).
         decay: ``[num_heads]`` explicit per-head decay rates ``λ_h >= 0`` instead of the

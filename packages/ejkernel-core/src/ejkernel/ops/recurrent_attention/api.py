@@ -41,9 +41,10 @@ def recurrent_attention(
     cases. Every gate is a log-space decay; ``g`` and ``gk`` both gate the key channels (summed).
 
     Args:
-        query, key, value, g, g_gamma, initial_state, cu_seqlens, softmax_scale, reverse,
-            return_state: as in :func:`ejkernel.gla_attention` (GQA, varlen, decode with
-            ``seq == 1``).
+        query, key, value: as in :func:`ejkernel.gla_attention` (GQA, decode with ``seq == 1``).
+        g, g_gamma: as in :func:`ejkernel.gla_attention`.
+        initial_state, cu_seqlens: as in :func:`ejkernel.gla_attention` (varlen).
+        softmax_scale, reverse, return_state: as in :func:`ejkernel.gla_attention`.
         gk: ``[batch, seq, num_heads, head_dim]`` log decay per key channel (added to ``g``).
         gv: ``[batch, seq, num_heads, value_head_dim]`` log decay per value channel.
         state: the earlier releases' streaming form (``out, new_state = recurrent_attention(q,
