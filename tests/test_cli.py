@@ -56,6 +56,33 @@ def test_bench_attention_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_json_is_on_disk_after_each_record(tmp_path, monkeypatch):
+    """A run cut short (a device call's time limit) keeps what it measured: the file holds every
+    record so far after each one, written whole (never half a file, no temporary left)."""
+    from ejkernel.ops import benchmark as B
+
+    out_json = tmp_path / "r.json"
+    seen: list[int] = []
+    write = B.write_json
+
+    def spy(records, path, command):
+        write(records, path, command)
+        seen.append(len(json.loads(path.read_text())))
+
+    monkeypatch.setattr(B, "write_json", spy)
+    code = main(
+        [
+            "bench", "flash_attention", "--shape", "1,24,24,2,2,16", "--causal", "both", "--fwd-only",
+            "--repeats", "1", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    # one write per record as it is measured (1, 2, 3, 4), then the final one with the ratios
+    assert seen[:-1] == list(range(1, len(seen))) and seen[-1] == len(seen) - 1 >= 2
+    assert not list(tmp_path.glob("*.tmp"))
+    assert all("ratio_fwd_tflops" in r for r in json.loads(out_json.read_text()))
+
+
 def test_bench_varlen_and_impl_filter(tmp_path):
     out_json = tmp_path / "r.json"
     code = main(

@@ -91,8 +91,18 @@ def run_command(args: argparse.Namespace) -> int:
             if msg.split(": ", 1)[-1].startswith(("declines", "failed", "timing failed")):
                 console.print(f"[yellow]{escape(msg)}[/yellow]")
 
+        def keep(records: list[dict[str, Any]]) -> None:  # what is measured survives a time limit
+            B.write_json(records, Path(args.json), command)
+
         records = B.run(
-            op, cases, args.dtype, impls=args.impl, backward=not args.fwd_only, repeats=args.repeats, progress=report
+            op,
+            cases,
+            args.dtype,
+            impls=args.impl,
+            backward=not args.fwd_only,
+            repeats=args.repeats,
+            progress=report,
+            on_record=keep if args.json else None,
         )
 
     peer = records[0].get("peer") if records else None

@@ -144,9 +144,12 @@ def run(
     backward: bool = True,
     repeats: int = 10,
     progress: Callable[[str], None] | None = None,
+    on_record: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Time every accepting implementation of ``op`` and every peer on each case; one record per
-    (case, implementation)."""
+    (case, implementation). ``on_record(records_so_far)`` is called after each record (the CLI
+    writes its ``--json`` file there, so a run cut short by a time limit still leaves its records;
+    the ratios against the peer are added at the end)."""
     report = progress or (lambda msg: None)
     op_cls = op_class(op)
     bench = op_cls.get_bench()
@@ -200,6 +203,8 @@ def run(
             if case.check is not None:
                 rec["check"], rec["max_err"] = case.check(out if to_op is None else to_op(out))
             records.append(rec)
+            if on_record is not None:
+                on_record(records)
     ratio_peer = bench.ratio_peer(device_for_arrays([]).platform)
     if ratio_peer is not None:
         keys = ("fwd_tflops", "fwdbwd_tflops") if bench.metric == "tflops" else ("gbps",)
@@ -227,10 +232,14 @@ def add_ratios(records: list[dict[str, Any]], keys: Sequence[str], peer_name: st
 
 
 def write_json(records: list[dict[str, Any]], path: Path, command: str) -> None:
+    """``records`` as a JSON list at ``path``, replaced whole (written beside it, then renamed:
+    a reader never sees half a file)."""
     for r in records:
         r.setdefault("command", command)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, indent=1, default=_json_default) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=1, default=_json_default) + "\n")
+    tmp.replace(path)
 
 
 def _json_default(x: Any) -> Any:
