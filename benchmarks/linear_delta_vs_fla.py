@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -140,8 +141,10 @@ def time_ejkernel(name: str, case: dict[str, Any], impl: str, repeats: int) -> t
     rec["fwd_ms"] = ms(fwd, arrays)
     cot = jnp.asarray(np.random.default_rng(1).standard_normal(out.shape), out.dtype)
     argnums = tuple(range(len(arrays)))  # every input is floating (cu_seqlens is an option)
-    grad = jax.jit(jax.grad(lambda *a: jnp.sum(fwd(*a[:-1]).astype(jnp.float32) * a[-1]), argnums=argnums))
-    grads = jax.block_until_ready(grad(*arrays, cot))
+    # value_and_grad: with the loss unused XLA would drop the forward kernels whose outputs are
+    # no residual (the output's), timing less than fla's forward + backward.
+    grad = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fwd(*a[:-1]).astype(jnp.float32) * a[-1]), argnums=argnums))
+    _, grads = jax.block_until_ready(grad(*arrays, cot))
     rec["fwdbwd_ms"] = ms(grad, (*arrays, cot))
     f32 = lambda x: np.asarray(x.astype(jnp.float32))  # noqa: E731
     return rec, (f32(out), cot, [f32(g) for g in grads])
@@ -232,9 +235,26 @@ def _rel(a: Any, b: Any) -> float:
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-6))
 
 
+def _triton_cache_dir() -> None:
+    """jax-triton 0.3.1 sets ``TRITON_CACHE_DIR=""`` when imported (ejkernel's launches set a
+    directory of their own, scoped): Triton then cannot build its CUDA driver module for fla
+    ("Could not create or locate cache dir"), and fla, imported after it, falls back to the CPU.
+    Give Triton a directory before fla is imported."""
+    if not os.environ.get("TRITON_CACHE_DIR"):
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"triton-fla-{os.getuid()}")
+    try:
+        import triton
+
+        if not triton.knobs.cache.dir:
+            triton.knobs.cache.dir = os.environ["TRITON_CACHE_DIR"]
+    except (ImportError, AttributeError):
+        pass
+
+
 def time_fla(name: str, case: dict[str, Any], ref: Any, repeats: int, bypass_640: bool) -> list[dict[str, Any]]:
     """fla's records (a second one, ``fla-bypass640``, when its #640 guard refused and
     ``bypass_640``): times, and differences from ejkernel's output and gradients ``ref``."""
+    _triton_cache_dir()
     import torch
     from torch.utils.dlpack import from_dlpack
 

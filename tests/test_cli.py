@@ -145,6 +145,30 @@ def test_bench_timer_cancels_the_fixed_cost_of_a_program(monkeypatch, fixed_ms, 
     )
 
 
+def test_bench_timer_times_slow_calls_with_one_program(monkeypatch):
+    """Calls so slow that ten of them dwarf a program's fixed cost: no second, longer program."""
+    from ejkernel.ops import timing
+
+    lengths = _fake_loops(monkeypatch, timing)
+    monkeypatch.setattr(timing, "time_callable", lambda f, repeats: 0.75 + f() * 80.0)
+    assert timing.device_ms(lambda x: x, (jnp.ones(3),), 3) == pytest.approx(80.0, rel=1e-3)
+    assert lengths == [timing.LOOP]
+
+
+def test_bench_loop_ties_the_inputs_to_the_step_without_copying_them():
+    """Each call of the timed loop sees the inputs through an optimization barrier on the step
+    (no call is hoisted), not a modified copy: a memory-bound op must not pay a pass over its
+    inputs per call."""
+    from ejkernel.ops import timing
+
+    x = jnp.arange(12.0).reshape(3, 4)
+    prog = timing.looped(lambda t, s: t["x"] * s, 5)
+    assert float(prog({"x": x}, 2.0)) == pytest.approx(5 * 2 * float(x.sum()))
+    text = prog.lower({"x": x}, 2.0).as_text()
+    assert "optimization_barrier" in text
+    assert "9.99999997E-7" not in text  # the old nudge added step * 1e-6 to every float input
+
+
 def test_bench_timer_falls_back_to_the_average_when_the_slope_is_noise(monkeypatch):
     from ejkernel.ops import timing
 

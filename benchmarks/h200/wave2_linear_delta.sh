@@ -17,6 +17,9 @@
 # the refusal is recorded, then timed once more with fla's guard off (rows "fla-bypass640").
 # From the repository root on the GPU machine:
 #   bash .whl/install.sh && bash benchmarks/h200/wave2_linear_delta.sh
+# On a fresh machine fla autotunes every kernel on its first calls: one op's fla rows took more than
+# 55 s beyond ejkernel's (~15 s Triton, ~25 s XLA) on an H100, so run two or three ops per call
+# (OPS="gla gdn", MAIN_S=150).
 # BUDGET_S (default 460) caps the whole script: a step gets what is left, one that would get under
 # 15 s is skipped (steps.txt says so). fla autotunes on its first calls and each step compiles anew,
 # so one call may not reach every "extra" step: run them in a second call (STEPS="extra table").
@@ -78,7 +81,7 @@ if [[ $steps == *" conf "* ]]; then
   grep -E "passed|failed|FAILED|Error" "$out/conformance_linear_delta.txt" | tail -15
 fi
 if [[ $steps == *" main "* ]]; then
-  for op in $ops; do bench main "$op" main 5 ${MAIN_S:-100}; done
+  for op in $ops; do bench main "$op" main 5 ${MAIN_S:-150}; done
 fi
 if [[ $steps == *" extra "* ]]; then
   for op in $ops; do bench extra "$op" varlen,long 3 ${EXTRA_S:-90}; done

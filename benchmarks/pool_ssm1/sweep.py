@@ -91,7 +91,8 @@ def ssm_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False) ->
             return ejkernel.state_space_v1(*a, platform=platform, cfg=cfg)
 
         def fwdbwd(*a, cfg=cfg):
-            return jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2, 3, 4, 5))(*a)
+            # value_and_grad: the forward's output stays live (jax.grad lets XLA drop it)
+            return jax.value_and_grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2, 3, 4, 5))(*a)
 
         t0 = time.time()
         try:

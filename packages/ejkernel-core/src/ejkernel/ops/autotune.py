@@ -147,6 +147,8 @@ def _fwdbwd_fn(op: Any, impl: Any, inputs: Any, cfg: OpConfig) -> Callable[[Any]
 
     def fn(a: Any) -> Any:
         diff = {n: getattr(a, n) for n in names}
-        return jax.grad(loss)(diff, a)
+        # The loss is returned too: else XLA drops the forward kernels whose outputs are no
+        # residual, and the candidates would be ranked on their backward alone.
+        return jax.value_and_grad(loss)(diff, a)
 
     return fn

@@ -196,7 +196,13 @@ def run(
                 cot = jnp.asarray(np.random.default_rng(1).standard_normal(out0.shape), out0.dtype)
                 # The cotangent is an argument, not a closed-over constant: XLA would otherwise
                 # constant-fold its layout changes at compile time (seconds per large shape).
-                gfn = jax.grad(lambda *a, fn=fn: jnp.sum(jax.tree.leaves(fn(*a[:-1]))[0] * a[-1]), argnums=float_args)
+                # value_and_grad, not grad: with the loss unused, XLA drops every forward kernel
+                # whose output is not a residual (a matmul's), and "forward+backward" would time
+                # the backward alone.
+                gfn = jax.value_and_grad(
+                    lambda *a, fn=fn: jnp.sum(jax.tree.leaves(fn(*a[:-1]))[0].astype(jnp.float32) * a[-1]),
+                    argnums=float_args,
+                )
                 ms_bwd = _timed(gfn, (*arrays, cot), repeats, report)
                 rec["fwdbwd_ms"] = ms_bwd
                 rec["fwdbwd_tflops"] = per_s((bench.backward_factor + 1) * case.cost, ms_bwd)

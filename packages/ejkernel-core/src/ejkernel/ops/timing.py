@@ -1,13 +1,14 @@
 """Timing device work: the one clock of ``ejkernel bench`` and the autotuner.
 
 :func:`device_ms` measures device milliseconds per call. A timed program runs the function ``n``
-times inside one ``lax.fori_loop`` (the first input nudged by the step, the outputs summed, so no
-call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
+times inside one ``lax.fori_loop`` (the first input tied to the step by an optimization barrier,
+the outputs summed, so no call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
 measured at ~0.6 ms on a virtualized GPU host and would swamp sub-millisecond kernels. A program
 still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
 there), so the time per call is the slope between two loop lengths,
 ``(T(n) - T(LOOP)) / (n - LOOP)``, with ``n`` chosen so that the longer program runs about
 ``SLOPE_PROGRAM_MS``: the fixed cost cancels, what remains is the calls and the loop's own glue.
+A short program of ``LONG_PROGRAM_MS`` or more is its own answer (``T(LOOP) / LOOP``).
 
 :func:`time_callable` is the plain wall-clock median of a synchronized callable (used for whole
 programs, such as the two loops above).
@@ -28,6 +29,7 @@ from jax import lax
 from .device import device_for_arrays
 
 __all__ = [
+    "LONG_PROGRAM_MS",
     "LOOP",
     "MAX_LOOP",
     "SLOPE_PROGRAM_MS",
@@ -41,6 +43,8 @@ __all__ = [
 LOOP = 10
 SLOPE_PROGRAM_MS = 40.0
 MAX_LOOP = 400
+# A short program at least this long is timed alone (no slope): its fixed cost is noise.
+LONG_PROGRAM_MS = 10 * SLOPE_PROGRAM_MS
 TIMER = f"device: slope between fori_loop programs of {LOOP} and n calls (n <= {MAX_LOOP}, ~{SLOPE_PROGRAM_MS:g} ms)"
 
 # A repeat of time_callable is at least this long: very fast programs run several times per
@@ -68,19 +72,22 @@ def time_callable(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> fl
 
 
 def _nudge(x: Any, i: Any) -> Any:
-    """``x`` changed by the loop step (float leaves only), so each call computes anew."""
-
-    def one(leaf: Any) -> Any:
-        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating):
-            return leaf + (i.astype(jnp.float32) * 1e-6).astype(leaf.dtype)
-        return leaf
-
-    return jax.tree.map(one, x)
+    """``x`` made to depend on the loop step, so no call can be hoisted out of the loop or shared
+    between steps, at no cost: an ``optimization_barrier`` of ``(x, i)`` is a no-op on the device
+    (it aliases its operands). Adding the step to every float leaf, as an earlier version did, is
+    a full read and write of the inputs per call: for a memory-bound op (``mean_pooling`` reads
+    its input once) it tripled the bytes timed."""
+    leaves, tree = jax.tree.flatten(x)
+    arrays = [j for j, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray))]
+    tied, _ = lax.optimization_barrier(([leaves[j] for j in arrays], i))
+    for j, leaf in zip(arrays, tied, strict=True):
+        leaves[j] = leaf
+    return jax.tree.unflatten(tree, leaves)
 
 
 def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
     """``jit`` of ``loop`` data-dependent calls of ``fn(x, *rest)`` inside one program (``x`` may
-    be a pytree; its float leaves are nudged by the step)."""
+    be a pytree, tied to the step by :func:`_nudge`)."""
 
     def run(x: Any, *rest: Any) -> Any:
         def body(i: Any, acc: Any) -> Any:
@@ -97,6 +104,10 @@ def device_ms(fn: Callable[..., Any], args: Sequence[Any], repeats: int) -> floa
     compiling or running ``fn`` raises."""
     short = looped(fn, LOOP)
     t_short = time_callable(lambda: short(*args), repeats)
+    if t_short >= LONG_PROGRAM_MS:
+        # Slow calls (a peer at 80+ ms a call): the fixed cost is < 0.2 % of this program, and a
+        # second, longer one would only double the minutes spent.
+        return t_short / LOOP
     n = int(min(MAX_LOOP, max(2 * LOOP, SLOPE_PROGRAM_MS * LOOP / max(t_short, 1e-6))))
     long = looped(fn, n)
     t_long = time_callable(lambda: long(*args), repeats)
