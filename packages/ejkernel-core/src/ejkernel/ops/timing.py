@@ -1,8 +1,8 @@
 """Timing device work: the one clock of ``ejkernel bench`` and the autotuner.
 
 :func:`device_ms` measures device milliseconds per call. A timed program runs the function ``n``
-times inside one ``lax.fori_loop`` (the first input tied to the step by an optimization barrier,
-the outputs summed, so no call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
+times inside one ``lax.fori_loop`` (the first input carried by the loop, one element of it changed
+by the step in place, the outputs summed, so no call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
 measured at ~0.6 ms on a virtualized GPU host and would swamp sub-millisecond kernels. A program
 still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
 there), so the time per call is the slope between two loop lengths,
@@ -72,29 +72,36 @@ def time_callable(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> fl
 
 
 def _nudge(x: Any, i: Any) -> Any:
-    """``x`` made to depend on the loop step, so no call can be hoisted out of the loop or shared
-    between steps, at no cost: an ``optimization_barrier`` of ``(x, i)`` is a no-op on the device
-    (it aliases its operands). Adding the step to every float leaf, as an earlier version did, is
-    a full read and write of the inputs per call: for a memory-bound op (``mean_pooling`` reads
-    its input once) it tripled the bytes timed."""
-    leaves, tree = jax.tree.flatten(x)
-    arrays = [j for j, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray))]
-    tied, _ = lax.optimization_barrier(([leaves[j] for j in arrays], i))
-    for j, leaf in zip(arrays, tied, strict=True):
-        leaves[j] = leaf
-    return jax.tree.unflatten(tree, leaves)
+    """``x`` with one element of each float array changed by the loop step: every call computes
+    anew (nothing is loop-invariant, so nothing is hoisted out of the loop) and, ``x`` being
+    carried by the loop, the change is an in-place update of one element, not a copy.
+
+    Two earlier forms were wrong: adding the step to every element of the first input is a full
+    read and write of it per call (for ``mean_pooling``, whose input is its traffic, that tripled
+    the bytes timed), and an ``optimization_barrier`` on ``(x, step)`` is removed by XLA before
+    loop-invariant code motion, which then hoists XLA-native calls out of the loop."""
+
+    def one(leaf: Any) -> Any:
+        if not (hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating) and leaf.size):
+            return leaf
+        first = (0,) * leaf.ndim
+        return leaf.at[first].set(leaf[first] + (i.astype(jnp.float32) * 1e-6).astype(leaf.dtype))
+
+    return jax.tree.map(one, x)
 
 
 def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
     """``jit`` of ``loop`` data-dependent calls of ``fn(x, *rest)`` inside one program (``x`` may
-    be a pytree, tied to the step by :func:`_nudge`)."""
+    be a pytree; it is carried by the loop and nudged by :func:`_nudge` before each call)."""
 
     def run(x: Any, *rest: Any) -> Any:
-        def body(i: Any, acc: Any) -> Any:
-            leaves = jax.tree.leaves(fn(_nudge(x, i), *rest))
-            return acc + sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in leaves)
+        def body(i: Any, carry: Any) -> Any:
+            xi, acc = carry
+            xi = _nudge(xi, i)
+            leaves = jax.tree.leaves(fn(xi, *rest))
+            return xi, acc + sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in leaves)
 
-        return lax.fori_loop(0, loop, body, jnp.zeros((), jnp.float32))
+        return lax.fori_loop(0, loop, body, (x, jnp.zeros((), jnp.float32)))[1]
 
     return jax.jit(run)
 

@@ -84,6 +84,12 @@ def chunk_tables(cu: jax.Array, spec: Spec) -> tuple[jax.Array, jax.Array, jax.A
 
 def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
     """``o [tokens, H, V]``, ``ht [num_seqs, H, K, V]`` float32 and the chunk states ``hs``."""
+    hs, ht = fwd_states(spec, k, v, g, h0, cu, choff, q.dtype)
+    return fwd_output(spec, q, k, v, g, hs, cstart, cend), ht, hs
+
+
+def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
+    """The chunk-state recurrence: ``hs [n_chunks, H, K, V]`` (``dtype``), ``ht`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     bk, bv = _tile(K, 64), _tile(V, 64)
     # The chunk states are stored in the inputs' dtype: the products that read them take that
@@ -91,28 +97,41 @@ def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
     hs, ht = launch(
         linear_fwd_h_kernel, k, v, g, h0, cu, choff,
         out_shape=[
-            jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), q.dtype),
+            jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), dtype),
             jax.ShapeDtypeStruct((spec.num_seqs, H, K, V), F32),
         ],
         grid=(_cdiv(K, bk), _cdiv(V, bv), spec.num_seqs * H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_h",
         **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
     )  # fmt: skip
+    return hs, ht
+
+
+def fwd_output(spec: Spec, q, k, v, g, hs, cstart, cend):
+    """``o [tokens, H, V]`` from the chunk states and the intra-chunk scores."""
+    H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     bv_o = _tile(V, spec.block_v)
     (o,) = launch(
         linear_fwd_o_kernel, q, k, v, g, hs, cstart, cend, np.float32(spec.scale),
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), q.dtype)],
-        grid=(_cdiv(V, bv_o), spec.n_chunks, H),
+        grid=(spec.n_chunks, H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_o",
         **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o),
     )  # fmt: skip
-    return o, ht, hs
+    return o
 
 
 def _backward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht):
+    do = do.astype(q.dtype)
+    dhs, dh0 = bwd_states(spec, q, g, do, dht, cu, choff)
+    dq, dk, dv, dg = bwd_inputs(spec, q, k, v, g, do, hs, dhs, cstart, cend)
+    return dq, dk, dv, dg, dh0
+
+
+def bwd_states(spec: Spec, q, g, do, dht, cu, choff):
+    """The reverse recurrence of the state gradients: ``dhs`` (``q``'s dtype), ``dh0`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     bk, bv = _tile(K, 64), _tile(V, 64)
-    do = do.astype(q.dtype)
     dhs, dh0 = launch(
         linear_bwd_dh_kernel, q, g, do, dht, cu, choff, np.float32(spec.scale),
         out_shape=[
@@ -123,6 +142,12 @@ def _backward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht):
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dh",
         **spec.consts(BK=bk, BV=bv),
     )  # fmt: skip
+    return dhs, dh0
+
+
+def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
+    """``dq, dk, dv, dg`` (float32; ``dk``, ``dv`` per query head) of one chunk per program."""
+    H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     dq, dk, dv, dg = launch(
         linear_bwd_dqkv_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
         out_shape=[
@@ -135,7 +160,7 @@ def _backward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht):
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqkv",
         **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=_tile(V, spec.block_v)),
     )  # fmt: skip
-    return dq, dk, dv, dg, dh0
+    return dq, dk, dv, dg
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -154,7 +179,7 @@ def _core_fwd(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
 def _core_bwd(spec: Spec, res, cts):
     q, k, v, g, h0, cu, choff, cstart, cend = res
     do, dht = cts
-    _, _, hs = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
+    hs, _ = fwd_states(spec, k, v, g, h0, cu, choff, q.dtype)  # the states only: no output kernel
     dht = dht.astype(F32)
     dq, dk, dv, dg, dh0 = _backward(spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht)
     rep = spec.heads // spec.kv_heads

@@ -8,7 +8,7 @@ cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total
 
 - ``linear_fwd_h_kernel``: per (sequence, head, K tile, V tile), the chunk-state recurrence
   ``S ← diag(exp(G_C)) S + (k ⊙ exp(G_C − G))ᵀ v``, storing the state entering every chunk.
-- ``linear_fwd_o_kernel``: per (chunk, head, V tile), ``o = (q ⊙ exp(G)) S_in + A v`` with the
+- ``linear_fwd_o_kernel``: per (chunk, head), ``o = (q ⊙ exp(G)) S_in + A v`` (V tiles in turn) with the
   intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``) built column by
   column: every exponent spans positions ``s..t`` of the chunk, so it is a sum of gates, never the
   difference of two large cumulated sums (exact for any decay; the factored
@@ -103,27 +103,32 @@ def linear_fwd_o_kernel(
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # One program per (chunk, head): the intra-chunk scores (the costly part: BT column steps over
+    # [BT, BK] tiles) are built once and applied to every value tile in turn.
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
     i_hk = i_h // (H // HKV)
     t0 = tl.load(cstart + i_c).to(tl.int64)
     t1 = tl.load(cend + i_c).to(tl.int64)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
+    m_k = o_k < K
     rows = t0 + o_t
     m_t = rows < t1
     b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
     b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
-    b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
     b_G = tl.cumsum(_load_rows(g, rows, m_t, H, i_h, o_k, m_k, K), axis=0)
-    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT)
-    b_h = tl.load(_state_ptrs(hs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
-    b_qg = (b_q * tl.exp(b_G)).to(b_v.dtype)
-    b_o = tl.dot(b_qg, b_h.to(b_v.dtype), input_precision=PREC)
-    b_o += tl.dot(b_A.to(b_v.dtype), b_v, input_precision=PREC)
-    p_o = o + (rows[:, None] * H + i_h) * V + o_v[None, :]
-    tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
+    dt = v.dtype.element_ty
+    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT).to(dt)
+    b_qg = (b_q * tl.exp(b_G)).to(dt)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
+        b_h = tl.load(_state_ptrs(hs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
+        b_o = tl.dot(b_qg, b_h.to(dt), input_precision=PREC)
+        b_o += tl.dot(b_A, b_v.to(dt), input_precision=PREC)
+        p_o = o + (rows[:, None] * H + i_h) * V + o_v[None, :]
+        tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
 
 
 @triton.jit

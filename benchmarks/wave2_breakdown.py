@@ -1,0 +1,182 @@
+"""Where the time of the wave-2 Triton ops goes: each kernel launch timed alone, on one GPU.
+
+    python3 benchmarks/wave2_breakdown.py --jsonl out.jsonl [--only linear,ssm1,pool]
+
+The op-level benchmarks (``ejkernel bench``, ``benchmarks/linear_delta_vs_fla.py``) say how far an
+op is from its bar; this says which kernel to work on, and how its time moves with the tiles:
+
+- ``linear`` (gla_attention / lightning / recurrent / state_space_v2 share these kernels), B4 T4096
+  H16 D128 bf16: the chunk-state recurrence (``fwd_states``), the output (``fwd_output``: the
+  intra-chunk scores are rebuilt for every value tile), the reverse state recurrence
+  (``bwd_states``) and the input gradients (``bwd_inputs``), for 16- and 32-token chunks and 64- or
+  128-column value tiles; plus the whole op, forward and forward+backward.
+- ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
+  states, as under differentiation) and the backward kernel, for several tiles and backward warps.
+- ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
+  (``jnp.sum(x, 0)``: the practical ceiling of a one-pass read) beside the Triton op.
+
+Timing: ``ejkernel.ops.timing.device_ms`` (the slope between two fori_loop programs). One JSON
+line per measurement, written as it is taken. CPU check of the script (tiny shapes, Triton's
+interpreter; times mean nothing): ``TRITON_INTERPRET=1 python benchmarks/wave2_breakdown.py --tiny
+--interpret --jsonl /tmp/b.jsonl`` (in an environment with torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ejkernel.ops.timing import device_ms
+
+
+class Recorder:
+    def __init__(self, path: str, repeats: int) -> None:
+        self.path, self.repeats = path, repeats
+
+    def time(self, op: str, what: str, fn: Callable[..., Any], args: tuple[Any, ...], **fields: Any) -> None:
+        t0 = time.time()
+        rec: dict[str, Any] = {"op": op, "what": what, **fields}
+        try:
+            jax.block_until_ready(jax.jit(fn)(*args))
+            rec["ms"] = device_ms(fn, args, self.repeats)
+        except Exception as e:  # a tile that fails to compile or run is recorded, not fatal
+            rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        rec["wall_s"] = round(time.time() - t0, 1)
+        line = json.dumps(rec)
+        print(line, flush=True)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+
+
+def linear(rec: Recorder, tiny: bool) -> None:
+    import ejkernel
+    from ejkernel.ops.gla_attention import GLAttentionConfig
+    from ejkernel_triton._linear import _call as L
+
+    b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
+    ks = jax.random.split(jax.random.key(0), 5)
+    q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
+    k = (jax.random.normal(ks[1], (b, t, h, d), jnp.float32) / np.sqrt(d)).astype(jnp.bfloat16)
+    v = jax.random.normal(ks[2], (b, t, h, d), jnp.bfloat16)
+    g = jax.nn.log_sigmoid(jax.random.normal(ks[3], (b, t, h, d), jnp.float32) + 3.0) / 16
+    do = jax.random.normal(ks[4], (b, t, h, d), jnp.bfloat16)
+    flat = [x.reshape(b * t, h, d) for x in (q, k, v, g, do)]
+    qf, kf, vf, gf, dof = flat
+    h0 = jnp.zeros((b, h, d, d), jnp.float32)
+    cu = jnp.arange(b + 1, dtype=jnp.int32) * t
+    shape = f"b{b} t{t} h{h} d{d}"
+    for chunk in (16, 32):
+        for block_v in (64, 128):
+            spec = L.Spec(
+                tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
+                head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=4, stages=2,
+                scale=d**-0.5, varlen=False,
+            )  # fmt: skip
+            choff, cstart, cend = L.chunk_tables(cu, spec)
+            tiles = {"shape": shape, "chunk": chunk, "block_v": block_v}
+            hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, gf, h0, cu, choff)
+            dhs = hs  # any array of the right shape and dtype: the kernels' cost does not depend on it
+            rec.time(
+                "linear", "fwd_states", lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16),
+                (kf, vf, gf, h0, cu, choff), **tiles,
+            )  # fmt: skip
+            rec.time(
+                "linear", "fwd_output", lambda *a, spec=spec: L.fwd_output(spec, *a),
+                (qf, kf, vf, gf, hs, cstart, cend), **tiles,
+            )  # fmt: skip
+            rec.time(
+                "linear", "bwd_states", lambda *a, spec=spec: L.bwd_states(spec, *a),
+                (qf, gf, dof, h0, cu, choff), **tiles,
+            )  # fmt: skip
+            rec.time(
+                "linear", "bwd_inputs", lambda *a, spec=spec: L.bwd_inputs(spec, *a),
+                (qf, kf, vf, gf, dof, hs, dhs, cstart, cend), **tiles,
+            )  # fmt: skip
+            cfg = GLAttentionConfig(chunk_size=chunk, block_v=block_v, num_warps=4, num_stages=2)
+
+            def op(q, k, v, g, cfg=cfg):
+                return ejkernel.gla_attention(q, k, v, g, platform="triton", cfg=cfg)
+
+            def op_fb(q, k, v, g, do, op=op):
+                loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+                return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, v, g)
+
+            rec.time("linear", "gla_attention fwd", op, (q, k, v, g), **tiles)
+            rec.time("linear", "gla_attention fwd+bwd", op_fb, (q, k, v, g, do), **tiles)
+
+
+def ssm1(rec: Recorder, tiny: bool) -> None:
+    from ejkernel_triton.state_space_v1 import _call as S
+
+    b, s, d, n = (1, 64, 32, 4) if tiny else (1, 4096, 4096, 16)
+    ks = jax.random.split(jax.random.key(1), 7)
+    x = jax.random.normal(ks[0], (b, s, d), jnp.bfloat16)
+    A = -jnp.exp(0.5 * jax.random.normal(ks[1], (d, n)))
+    B = jax.random.normal(ks[2], (b, s, n), jnp.bfloat16)
+    C = jax.random.normal(ks[3], (b, s, n), jnp.bfloat16)
+    D = jax.random.normal(ks[4], (d,))
+    dt = jax.nn.softplus(jax.random.normal(ks[5], (b, s, d)) - 1).astype(jnp.bfloat16)
+    dy = jax.random.normal(ks[6], (b, s, d), jnp.bfloat16)
+    dhT = jnp.zeros((b, d, n), jnp.float32)
+    nb = max(2, 1 << (n - 1).bit_length())
+    shape = f"b{b} s{s} d{d} n{n}"
+    # (block_d, block_t, fwd warps, bwd warps): the heuristic's (8, 32, 4, 8) first
+    for bd, bt, w, bw in ((8, 32, 4, 8), (8, 32, 4, 4), (8, 16, 4, 4), (4, 32, 2, 4), (16, 16, 4, 8), (4, 16, 2, 2)):
+        spec = S.Spec(
+            batch=b, seqlen=s, dim=d, dstate=n, block_t=bt, block_d=bd, block_n=nb, num_warps=w, bwd_warps=bw,
+            num_stages=2,
+        )  # fmt: skip
+        tiles = {"shape": shape, "block_d": bd, "block_t": bt, "warps": w, "bwd_warps": bw}
+        fwd = lambda *a, spec=spec: S.forward(spec, *a, None, store_states=True)  # noqa: E731
+        _, _, states = jax.jit(fwd)(x, A, B, C, D, dt)
+        rec.time("ssm1", "forward (storing states)", fwd, (x, A, B, C, D, dt), **tiles)
+        rec.time(
+            "ssm1", "backward", lambda *a, spec=spec: S.backward(spec, *a),
+            (x, A, B, C, D, dt, states, dy, dhT), **tiles,
+        )  # fmt: skip
+
+
+def pool(rec: Recorder, tiny: bool) -> None:
+    import ejkernel
+
+    tokens, hidden = (4096, 256) if tiny else (262144, 4096)
+    x = jax.random.normal(jax.random.key(2), (tokens, hidden), jnp.bfloat16)
+    rng = np.random.default_rng(0)
+    cu = jnp.asarray(np.concatenate([[0], np.sort(rng.choice(np.arange(1, tokens), 63, replace=False)), [tokens]]))
+    cu = cu.astype(jnp.int32)
+    fields = {"shape": f"tokens{tokens} hidden{hidden}", "bytes": x.nbytes}
+    rec.time("pool", "xla jnp.sum(x, 0) in float32", lambda x: jnp.sum(x, 0, dtype=jnp.float32), (x,), **fields)
+    rec.time(
+        "pool", "triton mean_pooling", lambda x, cu: ejkernel.mean_pooling(x, cu, platform="triton"), (x, cu), **fields
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jsonl", required=True)
+    p.add_argument("--only", default="linear,ssm1,pool")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU check of the script)")
+    p.add_argument("--interpret", action="store_true", help="Triton's interpreter (TRITON_INTERPRET=1)")
+    ns = p.parse_args()
+    rec = Recorder(ns.jsonl, ns.repeats)
+    ctx: Any = contextlib.nullcontext()
+    if ns.interpret:
+        from ejkernel_triton._launch import interpreted
+
+        ctx = interpreted()
+    with ctx:
+        for name in ns.only.split(","):
+            {"linear": linear, "ssm1": ssm1, "pool": pool}[name](rec, ns.tiny)
+
+
+if __name__ == "__main__":
+    main()
