@@ -129,7 +129,15 @@ def ssm1(rec: Recorder, tiny: bool) -> None:
     nb = max(2, 1 << (n - 1).bit_length())
     shape = f"b{b} s{s} d{d} n{n}"
     # (block_d, block_t, fwd warps, bwd warps): the heuristic's (8, 32, 4, 8) first
-    for bd, bt, w, bw in ((8, 32, 4, 8), (8, 32, 4, 4), (8, 16, 4, 4), (4, 32, 2, 4), (16, 16, 4, 8), (4, 16, 2, 2)):
+    for bd, bt, w, bw in (
+        (8, 32, 4, 8),
+        (8, 32, 4, 4),
+        (8, 16, 4, 4),
+        (8, 16, 4, 8),
+        (8, 8, 4, 4),
+        (4, 32, 2, 4),
+        (16, 16, 4, 8),
+    ):
         spec = S.Spec(
             batch=b, seqlen=s, dim=d, dstate=n, block_t=bt, block_d=bd, block_n=nb, num_warps=w, bwd_warps=bw,
             num_stages=2,

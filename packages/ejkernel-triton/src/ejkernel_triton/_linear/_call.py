@@ -19,7 +19,13 @@ import numpy as np
 from ejkernel.ops.families.linear_attention import LinearProblem
 
 from .._launch import launch
-from ._kernel import linear_bwd_dh_kernel, linear_bwd_dqkv_kernel, linear_fwd_h_kernel, linear_fwd_o_kernel
+from ._kernel import (
+    linear_bwd_dh_kernel,
+    linear_bwd_dqk_kernel,
+    linear_bwd_dv_kernel,
+    linear_fwd_h_kernel,
+    linear_fwd_o_kernel,
+)
 
 F32 = jnp.float32
 
@@ -146,19 +152,24 @@ def bwd_states(spec: Spec, q, g, do, dht, cu, choff):
 
 
 def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
-    """``dq, dk, dv, dg`` (float32; ``dk``, ``dv`` per query head) of one chunk per program."""
+    """``dq, dk, dv, dg`` (float32; ``dk``, ``dv`` per query head): ``dv`` one program per (chunk,
+    head), the others one per (key tile, chunk, head)."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
-    dq, dk, dv, dg = launch(
-        linear_bwd_dqkv_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
-        out_shape=[
-            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
-            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
-            jax.ShapeDtypeStruct((spec.tokens, H, V), F32),
-            jax.ShapeDtypeStruct((spec.tokens, H, K), F32),
-        ],
+    bv = _tile(V, spec.block_v)
+    (dv,) = launch(
+        linear_bwd_dv_kernel, q, k, g, do, dhs, cstart, cend, np.float32(spec.scale),
+        out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), F32)],
         grid=(spec.n_chunks, H),
-        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqkv",
-        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=_tile(V, spec.block_v)),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dv",
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv),
+    )  # fmt: skip
+    bk = _tile(K, 64)
+    dq, dk, dg = launch(
+        linear_bwd_dqk_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
+        out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, K), F32) for _ in range(3)],
+        grid=(_cdiv(K, bk), spec.n_chunks, H),
+        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
+        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
     )  # fmt: skip
     return dq, dk, dv, dg
 

@@ -15,10 +15,12 @@ cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total
   ``(q e^{G}) (k e^{−G})ᵀ`` overflows once a chunk decays by ~88 nats).
 - ``linear_bwd_dh_kernel``: the reverse recurrence of the state gradients,
   ``dS ← diag(exp(G_C)) dS + (q ⊙ exp(G))ᵀ do``, storing the gradient leaving every chunk.
-- ``linear_bwd_dqkv_kernel``: per (chunk, head), dq, dk, dv from the recomputed states and the
-  state gradients, the intra-chunk part column by column as in the forward.
+- ``linear_bwd_dv_kernel``: per (chunk, head), dv from the state gradients and the intra-chunk
+  scores (built column by column as in the forward).
+- ``linear_bwd_dqk_kernel``: per (key tile, chunk, head), dq and dk from the recomputed states and
+  the state gradients, the intra-chunk part column by column.
 
-The dqkv kernel also writes the gate gradient, chunk by chunk (see its comments): the usual
+The dqk kernel also writes the gate gradient, chunk by chunk (see its comments): the usual
 ``dg_u = Σ_{t >= u} (q_t dq_t − k_t dk_t)`` over the whole sequence subtracts terms of order one
 that cancel exactly (each pair s = t, each key's path to the final state); their rounding, summed
 over a sequence, swamps the small true gradient of a steeply decayed gate.
@@ -166,18 +168,58 @@ def linear_bwd_dh_kernel(
 
 
 @triton.jit
-def linear_bwd_dqkv_kernel(
-    q, k, v, g, do, hs, dhs, cstart, cend, scale,
-    dq, dk, dv, dg,
+def linear_bwd_dv_kernel(
+    q, k, g, do, dhs, cstart, cend, scale,
+    dv,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    """Per (chunk, head): ``dv = (k ⊙ exp(G_C − G)) dS_out + Aᵀ do`` (per query head), the
+    intra-chunk scores ``A`` built once over the whole key dimension, the value tiles in turn."""
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     i_hk = i_h // (H // HKV)
     t0 = tl.load(cstart + i_c).to(tl.int64)
     t1 = tl.load(cend + i_c).to(tl.int64)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    rows = t0 + o_t
+    m_t = rows < t1
+    dt = k.dtype.element_ty
+    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
+    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
+    b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
+    b_G = tl.cumsum(b_g, axis=0)
+    b_gl = tl.sum(b_g, axis=0)
+    b_At = tl.trans(_intra_scores(b_q, b_k, b_G, o_t, BT)).to(dt)
+    b_kg = (b_k * tl.exp(b_gl[None, :] - b_G)).to(dt)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V).to(dt)
+        b_dh = tl.load(_state_ptrs(dhs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
+        b_dv = tl.dot(b_kg, b_dh.to(dt), input_precision=PREC) + tl.dot(b_At, b_do, input_precision=PREC)
+        p_dv = dv + (rows[:, None] * H + i_h) * V + o_v[None, :]
+        tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
+
+
+@triton.jit
+def linear_bwd_dqk_kernel(
+    q, k, v, g, do, hs, dhs, cstart, cend, scale,
+    dq, dk, dg,
+    H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Per (key tile, chunk, head): ``dq``, ``dk`` and the gate gradient of the key channels
+    ``[i_k·BK, (i_k+1)·BK)``. Every term is per key channel except ``dA = do vᵀ``, which each key
+    tile forms again (a [BT, BT] product): splitting the key dimension halves the live tiles at
+    head dim 128 (the one-kernel form spilled registers)."""
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hk = i_h // (H // HKV)
+    t0 = tl.load(cstart + i_c).to(tl.int64)
+    t1 = tl.load(cend + i_c).to(tl.int64)
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
     rows = t0 + o_t
     m_t = rows < t1
@@ -215,13 +257,10 @@ def linear_bwd_dqkv_kernel(
     b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + (tl.exp(b_gl) * b_hdh)[None, :]
     b_dA = tl.where(o_t[:, None] >= o_t[None, :], b_dA, 0.0)
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)  # the intra part from here on
-    b_A = tl.zeros([BT, BT], dtype=tl.float32)
     for j in range(BT):
         b_kj = _row(b_kf, o_t, j)
         b_gj = _row(b_G, o_t, j)
         b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
-        col = tl.sum(b_q * b_kj[None, :] * b_e, axis=1)
-        b_A = tl.where((o_t == j)[None, :], col[:, None], b_A)
         # Pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to both q·dq and k·dk, which
         # cancel in the gate gradient; it joins dq and dk below, after dgam is formed.
         b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
@@ -239,15 +278,3 @@ def linear_bwd_dqkv_kernel(
     tl.store(p_dq, (b_dq * scale).to(dq.dtype.element_ty), mask=m_tk)
     p_dk = dk + (rows[:, None] * H + i_h) * K + o_k[None, :]
     tl.store(p_dk, b_dk.to(dk.dtype.element_ty), mask=m_tk)
-    b_kg = (b_kf * tl.exp(b_gl[None, :] - b_G)).to(dt)
-    b_At = tl.trans(b_A).to(dt)
-    for i_v in range(tl.cdiv(V, BV)):
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_v = o_v < V
-        b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V)
-        b_dh = tl.load(_state_ptrs(dhs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0).to(
-            dt
-        )
-        b_dv = tl.dot(b_kg, b_dh, input_precision=PREC) + tl.dot(b_At, b_do, input_precision=PREC)
-        p_dv = dv + (rows[:, None] * H + i_h) * V + o_v[None, :]
-        tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
