@@ -148,27 +148,30 @@ def ssm1_bwd_kernel(
         b_dy = tl.load(dy_ptr + p_td, mask=m_td, other=0.0).to(tl.float32)
         b_B = tl.load(B_ptr + p_tn, mask=m_tn, other=0.0).to(tl.float32)
         b_C = tl.load(C_ptr + p_tn, mask=m_tn, other=0.0).to(tl.float32)
-        # Recompute the chunk's states from its start state.
+        # Recompute the chunk's states from its start state. The [BLOCK_T, BLOCK_D, BLOCK_N] tiles
+        # are used and dropped in order (dC and a_t h_{t-1} before the adjoint scan, only the first
+        # row of the decays kept): fewer live tiles, fewer registers.
         b_a = tl.exp2(b_dt[:, :, None] * b_A2[None, :, :])  # [BLOCK_T, BLOCK_D, BLOCK_N]
+        b_a0 = tl.sum(tl.where((o_r == 0)[:, None, None], b_a, 0.0), axis=0)  # [BLOCK_D, BLOCK_N]
         b_b = (b_dt * b_x)[:, :, None] * b_B[:, None, :]
         a_cum, b_cum = tl.associative_scan((b_a, b_b), 0, _affine_combine)
         b_hs = a_cum * b_h0[None, :, :] + b_cum
+        p_part = ((i_b * d_blocks + i_d) * seqlen + o_t)[:, None] * dstate + o_n[None, :]
+        tl.store(dC_ptr + p_part, tl.sum(b_hs * b_dy[:, :, None], axis=1), mask=m_tn)
+        b_ah = b_hs - b_b  # a_t h_{t-1}
         # Adjoint: g_t = C_t dy_t + a_{t+1} g_{t+1}; the carry enters at the chunk's last token.
         last = tl.minimum(BLOCK_T, seqlen - c * BLOCK_T) - 1
         b_q = b_C[:, None, :] * b_dy[:, :, None] + tl.where((o_r == last)[:, None, None], b_G[None, :, :], 0.0)
         b_an = tl.exp2(b_dtn[:, :, None] * b_A2[None, :, :])
         _, b_g = tl.associative_scan((b_an, b_q), 0, _affine_combine, reverse=True)
-        b_ah = b_hs - b_b  # a_t h_{t-1}
         b_dx = tl.sum(b_g * b_B[:, None, :], axis=2) * b_dt + b_Dv[None, :] * b_dy
         b_ddt = tl.sum(b_g * (b_A[None, :, :] * b_ah + b_x[:, :, None] * b_B[:, None, :]), axis=2)
         tl.store(dx_ptr + p_td, b_dx.to(dx_ptr.dtype.element_ty), mask=m_td)
         tl.store(ddt_ptr + p_td, b_ddt.to(ddt_ptr.dtype.element_ty), mask=m_td)
-        p_part = ((i_b * d_blocks + i_d) * seqlen + o_t)[:, None] * dstate + o_n[None, :]
         tl.store(dB_ptr + p_part, tl.sum(b_g * (b_dt * b_x)[:, :, None], axis=1), mask=m_tn)
-        tl.store(dC_ptr + p_part, tl.sum(b_hs * b_dy[:, :, None], axis=1), mask=m_tn)
         acc_dA += tl.sum(b_g * b_ah * b_dt[:, :, None], axis=0)
         acc_dD += tl.sum(b_dy * b_x, axis=0)
-        b_G = tl.sum(tl.where((o_r == 0)[:, None, None], b_a * b_g, 0.0), axis=0)  # dL/dh before the chunk
+        b_G = b_a0 * tl.sum(tl.where((o_r == 0)[:, None, None], b_g, 0.0), axis=0)  # dL/dh before the chunk
     tl.store(dA_ptr + i_b * dim * dstate + o_dn, acc_dA, mask=m_dn)
     tl.store(dD_ptr + i_b * dim + o_d, acc_dD, mask=m_d)
     tl.store(dh0_ptr + i_b * dim * dstate + o_dn, b_G, mask=m_dn)
