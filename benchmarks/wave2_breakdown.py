@@ -7,8 +7,8 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
 
 - ``linear`` (gla_attention / lightning / recurrent / state_space_v2 share these kernels), B4 T4096
   H16 D128 bf16: the chunk-state recurrence (``fwd_states``), the output (``fwd_output``: the
-  intra-chunk scores are rebuilt for every value tile), the reverse state recurrence
-  (``bwd_states``) and the input gradients (``bwd_inputs``), for 16- and 32-token chunks and 64- or
+  intra-chunk scores, then each value tile), the reverse state recurrence (``bwd_states``) and the
+  input gradients (``bwd_inputs``: a dv kernel and a dq/dk/dg kernel per key tile), for 16- and 32-token chunks and 64- or
   128-column value tiles; plus the whole op, forward and forward+backward.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.

@@ -157,25 +157,40 @@ def test_bench_timer_times_slow_calls_with_one_program(monkeypatch):
 
 
 def test_bench_loop_runs_every_call_without_copying_the_inputs():
-    """Every call of the timed loop runs: a custom call XLA is free to hoist (a pure callback, like
-    a Triton kernel) runs ``loop`` times (an optimization barrier on the inputs let XLA hoist it:
-    one run), and the inputs are not copied per call (the loop carries them; the step changes one
-    element in place): a memory-bound op must not pay a pass over its inputs per call."""
+    """Every call of the timed loop runs, and every part of it: custom calls XLA is free to hoist
+    (pure callbacks, like Triton kernels) that read the first argument, only a later one, or only
+    an integer array run ``loop`` times (an optimization barrier on the first argument let XLA
+    hoist the first; tying the first argument alone, the others). The inputs are not copied per
+    call (the loop carries them; the step changes one element in place): a memory-bound op must
+    not pay a pass over its inputs per call. Integer inputs keep their values."""
     from ejkernel.ops import timing
 
-    runs = []
+    runs = {"first": 0, "rest": 0, "ints": 0}
+    seen_ints = []
 
-    def host(x):
-        runs.append(1)
-        return np.asarray(x).sum(0)
+    def host(name):
+        def f(x):
+            runs[name] += 1
+            if name == "ints":
+                seen_ints.append(np.asarray(x).copy())
+            return np.asarray(x, np.float32).sum(0)
 
-    def fn(t, s):
-        return jax.pure_callback(host, jax.ShapeDtypeStruct((4,), jnp.float32), t["x"]) * s
+        return f
+
+    def cb(name, x):
+        return jax.pure_callback(host(name), jax.ShapeDtypeStruct(x.shape[1:], jnp.float32), x)
+
+    def fn(t, s, ids):
+        return cb("first", t["x"]) * 2.0 + cb("rest", s) + cb("ints", ids)
 
     x = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
+    s = jnp.ones((2, 4), jnp.float32)
+    ids = jnp.arange(8, dtype=jnp.int32).reshape(2, 4)
     prog = timing.looped(fn, 5)
-    assert float(prog({"x": x}, 2.0)) == pytest.approx(5 * 2 * float(x.sum()), rel=1e-5)
-    assert len(runs) == 5
+    expect = 5 * (2 * float(x.sum()) + float(s.sum()) + float(ids.sum()))
+    assert float(prog({"x": x}, s, ids)) == pytest.approx(expect, rel=1e-5)
+    assert runs == {"first": 5, "rest": 5, "ints": 5}
+    assert all((v == np.asarray(ids)).all() for v in seen_ints)
     big = jnp.ones((512, 256), jnp.float32)
     text = timing.looped(lambda t, s: jnp.sum(t["x"], 0) * s, 5).lower({"x": big}, 2.0).compile().as_text()
     copies = [line for line in text.splitlines() if "f32[512,256]" in line and " copy(" in line]

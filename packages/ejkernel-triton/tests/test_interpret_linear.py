@@ -85,6 +85,39 @@ def test_gradients_over_several_key_tiles(dk, dv):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=1e-4)
 
 
+def test_long_grid_axes_come_first(monkeypatch):
+    """CUDA allows 65535 programs on grid axes 1 and 2: every launch of the forward and backward
+    puts sequences x heads or chunks on axis 0 (5000 packed sequences x 16 heads = 80000)."""
+    from ejkernel.ops import get_op
+    from ejkernel_triton._linear import _call as L
+
+    grids = []
+
+    def fake_launch(kernel, *args, out_shape, grid, **kw):
+        grids.append((kw.get("name"), tuple(grid)))
+        return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
+
+    monkeypatch.setattr(L, "launch", fake_launch)
+    seqs, h, d = 5000, 16, 16
+    t = 2 * seqs
+    q = jnp.zeros((1, t, h, d), jnp.float16)
+    g = jnp.zeros((1, t, h, d), jnp.float32)
+    cu = jnp.arange(seqs + 1, dtype=jnp.int32) * 2
+    op = get_op("gla_attention")
+
+    def loss(q, g):
+        out, _ = L.linear_attention(op.problem(C.bind("gla_attention", q, q, q, g, None, None, cu)), 16, 16, 4, 1)
+        return jnp.sum(out.astype(jnp.float32))
+
+    jax.eval_shape(jax.grad(loss, argnums=(0, 1)), q, g)
+    names = {n for n, _ in grids}
+    assert {"ejkernel_linear_fwd_h", "ejkernel_linear_fwd_o", "ejkernel_linear_bwd_dh"} <= names, names
+    assert {"ejkernel_linear_bwd_dv", "ejkernel_linear_bwd_dqk"} <= names, names
+    for name, grid in grids:
+        assert all(n <= 65535 for n in grid[1:]), (name, grid)
+        assert grid[0] < 2**31, (name, grid)
+
+
 def test_triton_matches_xla_on_a_long_steep_sequence():
     """300 tokens (19 chunks) of steep per-channel gates, GQA, initial state: Triton and XLA agree,
     outputs and every gradient."""

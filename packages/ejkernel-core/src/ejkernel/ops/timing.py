@@ -1,8 +1,8 @@
 """Timing device work: the one clock of ``ejkernel bench`` and the autotuner.
 
 :func:`device_ms` measures device milliseconds per call. A timed program runs the function ``n``
-times inside one ``lax.fori_loop`` (the first input carried by the loop, one element of it changed
-by the step in place, the outputs summed, so no call can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
+times inside one ``lax.fori_loop`` (the inputs carried by the loop, one element of each changed per
+step in place, the outputs summed, so no call or part of one can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
 measured at ~0.6 ms on a virtualized GPU host and would swamp sub-millisecond kernels. A program
 still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
 there), so the time per call is the slope between two loop lengths,
@@ -71,37 +71,55 @@ def time_callable(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> fl
     return statistics.median(samples) * 1e3
 
 
-def _nudge(x: Any, i: Any) -> Any:
-    """``x`` with one element of each float array changed by the loop step: every call computes
-    anew (nothing is loop-invariant, so nothing is hoisted out of the loop) and, ``x`` being
-    carried by the loop, the change is an in-place update of one element, not a copy.
+# Never equal to a sum of outputs in practice; XLA cannot know that, so an integer input tied to
+# it depends on the previous call at the cost of one element.
+_NEVER = -3.0e38
 
-    Two earlier forms were wrong: adding the step to every element of the first input is a full
-    read and write of it per call (for ``mean_pooling``, whose input is its traffic, that tripled
-    the bytes timed), and an ``optimization_barrier`` on ``(x, step)`` is removed by XLA before
-    loop-invariant code motion, which then hoists XLA-native calls out of the loop."""
+
+def _nudge(args: Any, i: Any, acc: Any) -> Any:
+    """``args`` with one element of every array changed per loop step, so that every call, and
+    every part of it, computes anew: nothing is loop-invariant, so nothing is hoisted out of the
+    loop. The arrays are carried by the loop: the change is an in-place update of one element,
+    not a copy. Float arrays get ``step * 1e-6``; integer and boolean arrays (group sizes,
+    ``cu_seqlens``, masks) get a change that never happens but hangs on the previous calls'
+    outputs (they keep their values).
+
+    Earlier forms were wrong: adding the step to every element of the first input is a full read
+    and write of it per call (for ``mean_pooling``, whose input is its traffic, that tripled the
+    bytes timed); an ``optimization_barrier`` on ``(x, step)`` is removed by XLA before
+    loop-invariant code motion; and tying the first argument alone let XLA hoist the work that
+    reads only the others (a matmul's ``dlhs = dout · rhsᵀ``, the linear family's chunk states,
+    which do not read the queries)."""
+    never = acc == _NEVER
 
     def one(leaf: Any) -> Any:
-        if not (hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating) and leaf.size):
+        if not hasattr(leaf, "dtype") or not leaf.size:
             return leaf
         first = (0,) * leaf.ndim
-        return leaf.at[first].set(leaf[first] + (i.astype(jnp.float32) * 1e-6).astype(leaf.dtype))
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf.at[first].add((i.astype(jnp.float32) * 1e-6).astype(leaf.dtype))
+        if jnp.issubdtype(leaf.dtype, jnp.integer):
+            return leaf.at[first].add(never.astype(leaf.dtype))
+        if leaf.dtype == jnp.bool_:
+            return leaf.at[first].set(leaf[first] ^ never)
+        return leaf
 
-    return jax.tree.map(one, x)
+    return jax.tree.map(one, args)
 
 
 def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
-    """``jit`` of ``loop`` data-dependent calls of ``fn(x, *rest)`` inside one program (``x`` may
-    be a pytree; it is carried by the loop and nudged by :func:`_nudge` before each call)."""
+    """``jit`` of ``loop`` data-dependent calls of ``fn(*args)`` inside one program (each
+    argument may be a pytree; all are carried by the loop and nudged by :func:`_nudge` before
+    each call, so they are copied once per program, not per call)."""
 
-    def run(x: Any, *rest: Any) -> Any:
+    def run(*args: Any) -> Any:
         def body(i: Any, carry: Any) -> Any:
-            xi, acc = carry
-            xi = _nudge(xi, i)
-            leaves = jax.tree.leaves(fn(xi, *rest))
-            return xi, acc + sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in leaves)
+            a, acc = carry
+            a = _nudge(a, i, acc)
+            leaves = jax.tree.leaves(fn(*a))
+            return a, acc + sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in leaves)
 
-        return lax.fori_loop(0, loop, body, (x, jnp.zeros((), jnp.float32)))[1]
+        return lax.fori_loop(0, loop, body, (args, jnp.zeros((), jnp.float32)))[1]
 
     return jax.jit(run)
 

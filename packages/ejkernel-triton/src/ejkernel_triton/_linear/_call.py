@@ -94,6 +94,10 @@ def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
     return fwd_output(spec, q, k, v, g, hs, cstart, cend), ht, hs
 
 
+# Grids put the long axis (sequences x heads, chunks) first: CUDA allows 2**31 - 1 programs on
+# axis 0 but 65535 on axes 1 and 2.
+
+
 def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
     """The chunk-state recurrence: ``hs [n_chunks, H, K, V]`` (``dtype``), ``ht`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
@@ -106,7 +110,7 @@ def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
             jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), dtype),
             jax.ShapeDtypeStruct((spec.num_seqs, H, K, V), F32),
         ],
-        grid=(_cdiv(K, bk), _cdiv(V, bv), spec.num_seqs * H),
+        grid=(spec.num_seqs * H, _cdiv(K, bk), _cdiv(V, bv)),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_h",
         **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
     )  # fmt: skip
@@ -144,7 +148,7 @@ def bwd_states(spec: Spec, q, g, do, dht, cu, choff):
             jax.ShapeDtypeStruct((spec.n_chunks, H, K, V), q.dtype),
             jax.ShapeDtypeStruct((spec.num_seqs, H, K, V), F32),
         ],
-        grid=(_cdiv(K, bk), _cdiv(V, bv), spec.num_seqs * H),
+        grid=(spec.num_seqs * H, _cdiv(K, bk), _cdiv(V, bv)),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dh",
         **spec.consts(BK=bk, BV=bv),
     )  # fmt: skip
@@ -167,7 +171,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
     dq, dk, dg = launch(
         linear_bwd_dqk_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, K), F32) for _ in range(3)],
-        grid=(_cdiv(K, bk), spec.n_chunks, H),
+        grid=(spec.n_chunks, _cdiv(K, bk), H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
         **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
     )  # fmt: skip

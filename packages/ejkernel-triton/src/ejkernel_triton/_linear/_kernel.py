@@ -58,7 +58,7 @@ def linear_fwd_h_kernel(
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_nh, i_k, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
     i_hk = i_h // (H // HKV)
     bos = tl.load(cu + i_n).to(tl.int64)
@@ -140,7 +140,7 @@ def linear_bwd_dh_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_nh, i_k, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
     bos = tl.load(cu + i_n).to(tl.int64)
     eos = tl.load(cu + i_n + 1).to(tl.int64)
@@ -214,7 +214,7 @@ def linear_bwd_dqk_kernel(
     ``[i_k·BK, (i_k+1)·BK)``. Every term is per key channel except ``dA = do vᵀ``, which each key
     tile forms again (a [BT, BT] product): splitting the key dimension halves the live tiles at
     head dim 128 (the one-kernel form spilled registers)."""
-    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_c, i_k, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (H // HKV)
     t0 = tl.load(cstart + i_c).to(tl.int64)
     t1 = tl.load(cend + i_c).to(tl.int64)
