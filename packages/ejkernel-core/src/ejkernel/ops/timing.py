@@ -1,9 +1,10 @@
 """Timing device work: the one clock of ``ejkernel bench`` and the autotuner.
 
 :func:`device_ms` measures device milliseconds per call. A timed program runs the function ``n``
-times inside one ``lax.fori_loop`` (the inputs carried by the loop, one element of each changed per
-step in place, the outputs summed, so no call or part of one can be skipped or hoisted): this times the device, not the host, whose per-call dispatch was
-measured at ~0.6 ms on a virtualized GPU host and would swamp sub-millisecond kernels. A program
+times inside one ``lax.fori_loop`` (the inputs carried by the loop, one element of each changed
+per step in place, the outputs summed, so no call or part of one can be skipped or hoisted): this
+times the device, not the host, whose per-call dispatch was measured at ~0.6 ms on a virtualized
+GPU host and would swamp sub-millisecond kernels. A program
 still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
 there), so the time per call is the slope between two loop lengths,
 ``(T(n) - T(LOOP)) / (n - LOOP)``, with ``n`` chosen so that the longer program runs about
