@@ -114,17 +114,12 @@ def linear(rec: Recorder, tiny: bool) -> None:
 
 
 def ssm1(rec: Recorder, tiny: bool) -> None:
+    from ejkernel.ops.state_space_v1.bench import ssm1_inputs
     from ejkernel_triton.state_space_v1 import _call as S
 
     b, s, d, n = (1, 64, 32, 4) if tiny else (1, 4096, 4096, 16)
-    ks = jax.random.split(jax.random.key(1), 7)
-    x = jax.random.normal(ks[0], (b, s, d), jnp.bfloat16)
-    A = -jnp.exp(0.5 * jax.random.normal(ks[1], (d, n)))
-    B = jax.random.normal(ks[2], (b, s, n), jnp.bfloat16)
-    C = jax.random.normal(ks[3], (b, s, n), jnp.bfloat16)
-    D = jax.random.normal(ks[4], (d,))
-    dt = jax.nn.softplus(jax.random.normal(ks[5], (b, s, d)) - 1).astype(jnp.bfloat16)
-    dy = jax.random.normal(ks[6], (b, s, d), jnp.bfloat16)
+    x, A, B, C, D, dt = ssm1_inputs(b, s, d, n, jnp.bfloat16)
+    dy = jax.random.normal(jax.random.key(1), (b, s, d), jnp.bfloat16)
     dhT = jnp.zeros((b, d, n), jnp.float32)
     nb = max(2, 1 << (n - 1).bit_length())
     shape = f"b{b} s{s} d{d} n{n}"

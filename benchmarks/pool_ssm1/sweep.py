@@ -25,6 +25,7 @@ import numpy as np
 import ejkernel
 from ejkernel.ops.mean_pooling import MeanPoolingConfig
 from ejkernel.ops.state_space_v1 import StateSpaceV1Config
+from ejkernel.ops.state_space_v1.bench import ssm1_inputs
 from ejkernel.ops.timing import device_ms, measure_copy_gbps
 
 
@@ -67,14 +68,7 @@ def pool_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False) -
 
 def ssm_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False) -> None:
     b, s, d, n = (1, 256, 64, 16) if tiny else (1, 4096, 4096, 16)
-    ks = jax.random.split(jax.random.key(1), 6)
-    x = jax.random.normal(ks[0], (b, s, d), jnp.bfloat16)
-    A = -jnp.exp(0.5 * jax.random.normal(ks[1], (d, n)))
-    B = jax.random.normal(ks[2], (b, s, n), jnp.bfloat16)
-    C = jax.random.normal(ks[3], (b, s, n), jnp.bfloat16)
-    D = jax.random.normal(ks[4], (d,))
-    dt = jax.nn.softplus(jax.random.normal(ks[5], (b, s, d)) - 1).astype(jnp.bfloat16)
-    arrays = (x, A, B, C, D, dt)
+    arrays = ssm1_inputs(b, s, d, n, jnp.bfloat16)
     grid = [  # (block_d, block_e, warps, stages); the heuristic's comes first (None)
         (16, 16, 4, 2), (4, 32, 2, 2), (16, 8, 4, 2), (32, 8, 4, 2), (8, 16, 2, 2),
     ]  # fmt: skip

@@ -89,9 +89,9 @@ def chunk_tables(cu: jax.Array, spec: Spec) -> tuple[jax.Array, jax.Array, jax.A
 
 
 def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
-    """``o [tokens, H, V]``, ``ht [num_seqs, H, K, V]`` float32 and the chunk states ``hs``."""
+    """``o [tokens, H, V]`` and ``ht [num_seqs, H, K, V]`` float32."""
     hs, ht = fwd_states(spec, k, v, g, h0, cu, choff, q.dtype)
-    return fwd_output(spec, q, k, v, g, hs, cstart, cend), ht, hs
+    return fwd_output(spec, q, k, v, g, hs, cstart, cend), ht
 
 
 # Grids put the long axis (sequences x heads, chunks) first: CUDA allows 2**31 - 1 programs on
@@ -131,7 +131,7 @@ def fwd_output(spec: Spec, q, k, v, g, hs, cstart, cend):
     return o
 
 
-def _backward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht):
+def _backward(spec: Spec, q, k, v, g, cu, choff, cstart, cend, hs, do, dht):
     do = do.astype(q.dtype)
     dhs, dh0 = bwd_states(spec, q, g, do, dht, cu, choff)
     dq, dk, dv, dg = bwd_inputs(spec, q, k, v, g, do, hs, dhs, cstart, cend)
@@ -180,12 +180,11 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _core(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
-    o, ht, _ = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
-    return o, ht
+    return _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
 
 
 def _core_fwd(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
-    o, ht, _ = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
+    o, ht = _forward(spec, q, k, v, g, h0, cu, choff, cstart, cend)
     # The chunk states are recomputed in the backward pass (one state per chunk is as large as
     # the inputs at head dims ~ chunk size: not worth keeping).
     return (o, ht), (q, k, v, g, h0, cu, choff, cstart, cend)
@@ -196,7 +195,7 @@ def _core_bwd(spec: Spec, res, cts):
     do, dht = cts
     hs, _ = fwd_states(spec, k, v, g, h0, cu, choff, q.dtype)  # the states only: no output kernel
     dht = dht.astype(F32)
-    dq, dk, dv, dg, dh0 = _backward(spec, q, k, v, g, h0, cu, choff, cstart, cend, hs, do, dht)
+    dq, dk, dv, dg, dh0 = _backward(spec, q, k, v, g, cu, choff, cstart, cend, hs, do, dht)
     rep = spec.heads // spec.kv_heads
     if rep > 1:
         dk = dk.reshape(spec.tokens, spec.kv_heads, rep, -1).sum(2)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from ..benchmark import BenchCase, OpBench, Peer
 from .reference import state_space_v1_reference
 
-__all__ = ["BENCH", "SSMShape", "StateSpaceV1Bench", "associative_scan_formulation"]
+__all__ = ["BENCH", "SSMShape", "StateSpaceV1Bench", "associative_scan_formulation", "ssm1_inputs"]
 
 FLOPS_PER_ELEMENT = 9
 CHECK_CHANNELS = 64
@@ -44,6 +44,23 @@ def _combine(left: tuple[Any, Any], right: tuple[Any, Any]) -> tuple[Any, Any]:
     a1, b1 = left
     a2, b2 = right
     return a1 * a2, a2 * b1 + b2
+
+
+def ssm1_inputs(b: int, s: int, d: int, n: int, dtype: Any, *, gate: bool = False, seed: int = 0) -> tuple[Any, ...]:
+    """Random ``(x, A, B, C, D, dt[, z])`` of a Mamba-1 layer (``A < 0`` and ``D`` in float32,
+    ``dt = softplus(N(-1, 1))``), drawn on the device: the benchmark's inputs, shared with the
+    tile sweeps."""
+    ks = jax.random.split(jax.random.key(seed), 7)
+    x = jax.random.normal(ks[0], (b, s, d), dtype)
+    A = -jnp.exp(0.5 * jax.random.normal(ks[1], (d, n), F32))
+    B = jax.random.normal(ks[2], (b, s, n), dtype)
+    C = jax.random.normal(ks[3], (b, s, n), dtype)
+    D = jax.random.normal(ks[4], (d,), F32)
+    dt = jax.nn.softplus(jax.random.normal(ks[5], (b, s, d), F32) - 1.0).astype(dtype)
+    arrays: tuple[Any, ...] = (x, A, B, C, D, dt)
+    if gate:
+        arrays += (jax.random.normal(ks[6], (b, s, d), dtype),)
+    return arrays
 
 
 def associative_scan_formulation(x: Any, A: Any, B: Any, C: Any, D: Any, dt: Any, gate: Any = None) -> Any:
@@ -82,17 +99,8 @@ class StateSpaceV1Bench(OpBench):
         jdt = jnp.dtype(dtype)
         out = []
         for sh in self.shapes(ns):
-            ks = jax.random.split(jax.random.key(0), 7)
             b, s, d, n = sh.b, sh.s, sh.d, sh.n
-            x = jax.random.normal(ks[0], (b, s, d), jdt)
-            A = -jnp.exp(0.5 * jax.random.normal(ks[1], (d, n), F32))
-            B = jax.random.normal(ks[2], (b, s, n), jdt)
-            C = jax.random.normal(ks[3], (b, s, n), jdt)
-            D = jax.random.normal(ks[4], (d,), F32)
-            dt = jax.nn.softplus(jax.random.normal(ks[5], (b, s, d), F32) - 1.0).astype(jdt)
-            arrays: tuple[Any, ...] = (x, A, B, C, D, dt)
-            if sh.gate:
-                arrays += (jax.random.normal(ks[6], (b, s, d), jdt),)
+            arrays = ssm1_inputs(b, s, d, n, jdt, gate=sh.gate)
             case_peers = [Peer(self.peer, associative_scan_formulation, arrays)] if peers else []
             out.append(
                 BenchCase(
