@@ -26,7 +26,7 @@ import numpy as np
 from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
 from ejkernel.ops.grouped_matmul.bench import group_sizes_for
 from ejkernel.ops.timing import looped, time_callable
-from ejkernel_triton.grouped_matmul._call import Spec, gmm, persistent_programs, tgmm
+from ejkernel_triton.grouped_matmul._call import Spec, gmm, persistent_programs, tail_rows, tgmm
 
 LOOP = 20  # calls per timed program (one compile per config; the loop's glue is in every config's time)
 SHAPES = [
@@ -35,18 +35,30 @@ SHAPES = [
     (65536, 4096, 1408, 64, "multinomial"),
     (8192, 7168, 2048, 256, "zipf"),
 ]
-# (block_m, block_n, block_k, warps, stages, split_k, persistent)
+# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail]): ``tail`` (gmm only)
+# overrides the rows of a group's last tile (``_call.tail_rows``: half a 128-row tile; 0: whole tiles).
 GMM_CFGS = [
-    (128, 128, 64, 8, 4, 1, False),
-    (128, 128, 64, 8, 4, 1, True),
     (128, 256, 64, 8, 3, 1, False),
+    (128, 128, 64, 8, 4, 1, False),
+    (128, 256, 64, 8, 4, 1, False),
+    (128, 256, 64, 8, 3, 1, False, 0),
+    (128, 128, 64, 8, 4, 1, False, 0),
+    (128, 128, 64, 8, 4, 1, True),
     (64, 256, 64, 4, 4, 1, False),
     (64, 128, 64, 4, 4, 1, False),
     (128, 128, 128, 8, 3, 1, False),
 ]
+# tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
+# so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
 TGMM_CFGS = [
-    (128, 128, 64, 8, 4, 1, False),
     (128, 256, 64, 8, 3, 1, False),
+    (128, 128, 64, 8, 4, 1, False),
+    (128, 256, 64, 8, 4, 1, False),
+    (128, 128, 64, 8, 2, 1, False),
+    (128, 128, 64, 8, 3, 1, False),
+    (128, 256, 64, 8, 2, 1, False),
+    (128, 128, 64, 4, 2, 1, False),
+    (128, 256, 128, 8, 2, 1, False),
     (128, 128, 64, 8, 4, 2, False),
     (64, 256, 64, 4, 4, 1, False),
 ]
@@ -55,7 +67,7 @@ TGMM_CFGS = [
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", required=True)
-    p.add_argument("--quick", action="store_true", help="first two configs of each kernel")
+    p.add_argument("--quick", action="store_true", help="first three configs of each kernel")
     p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES")
     p.add_argument("--shape", action="append", help="M,K,N,G,DIST (repeatable; replaces --shapes)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
@@ -86,13 +98,14 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
         flops = 2.0 * m * k * n
         for kernel, cfgs in (("fwd", GMM_CFGS), ("dlhs", GMM_CFGS), ("tgmm", TGMM_CFGS)):
             first = None
-            for c in cfgs[:2] if ns.quick else cfgs:
-                bm, bn, bk, w, s, split, persistent = c
+            for c in cfgs[:3] if ns.quick else cfgs:
+                bm, bn, bk, w, s, split, persistent = c[:7]
+                tail = c[7] if len(c) > 7 else tail_rows(bm)
                 cfg = GroupedMatmulConfig(
                     block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
                 )
                 programs = persistent_programs(cfg, 2) if persistent else 0
-                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs)
+                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail)
                 if kernel == "fwd":
                     fn, args = (
                         (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),
@@ -114,7 +127,7 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
                     prog = looped(fn, LOOP)
                     ms = time_callable(lambda prog=prog, args=args: prog(*args), 3) / LOOP
                 except Exception as e:  # a config that fails to compile or run is recorded
-                    print(f"{kernel} m{m} g{g} {c}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    print(f"{kernel} m{m} g{g} {c} tail {tail}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
                     recs.append(dict(shape=[m, k, n, g, dist], kernel=kernel, cfg=c, error=str(e)[:300]))
                     continue
                 if first is None:
@@ -122,10 +135,12 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
                 rel = float(jnp.max(jnp.abs(out - first)) / jnp.maximum(jnp.max(jnp.abs(first)), 1e-6))
                 tf = flops / (ms * 1e-3) / 1e12
                 print(
-                    f"{kernel:5s} m{m} k{k} n{n} g{g} {dist[:5]} {c}: {ms:.3f} ms {tf:6.1f} TFLOP/s rel {rel:.1e} ({time.time() - t0:.0f}s)",
+                    f"{kernel:5s} m{m} k{k} n{n} g{g} {dist[:5]} {c} tail {tail}: {ms:.3f} ms {tf:6.1f} TFLOP/s rel {rel:.1e} ({time.time() - t0:.0f}s)",
                     flush=True,
                 )
-                recs.append(dict(shape=[m, k, n, g, dist], kernel=kernel, cfg=c, ms=ms, tflops=tf, rel_vs_first=rel))
+                recs.append(
+                    dict(shape=[m, k, n, g, dist], kernel=kernel, cfg=c, tail=tail, ms=ms, tflops=tf, rel_vs_first=rel)
+                )
                 with open(ns.json, "w") as f:  # after every config: a timeout keeps what was measured
                     json.dump(recs, f, indent=1)
     with open(ns.json, "w") as f:

@@ -91,3 +91,18 @@ def test_schedule_covers_every_row_once(sizes, offset, local):
     for j in range(local):
         expect[starts[j] : ends[j]] = j
     np.testing.assert_array_equal(owner, expect)
+
+
+def test_half_tiles_at_group_ends():
+    """128-row tiles run 64-row products for a group's last rows when 64 are enough: groups
+    ending 1, 64 (exactly half), 65 and 128 rows past a whole tile, an empty group, a group of
+    one row, and rows past the groups (zeros). Checked against the float32 reference, gradients
+    included (dlhs runs the same kernel)."""
+    from ejkernel_triton.grouped_matmul._call import tail_rows
+
+    assert tail_rows(128) == 64 and tail_rows(256) == 128 and tail_rows(64) == 0
+    cfg = GroupedMatmulConfig(block_m=128, block_n=16, block_k=16, num_warps=4, num_stages=1, split_k=1)
+    case = GroupedMatmulCase(
+        "half-tiles", m=700, k=32, n=24, group_sizes=(129, 64, 0, 193, 256, 1, 40), dtype="float16"
+    )
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"

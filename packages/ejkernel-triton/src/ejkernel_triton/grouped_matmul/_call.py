@@ -51,6 +51,7 @@ class Spec:
     num_stages: int
     split_k: int
     num_programs: int  # persistent gmm grid (0: one program per tile)
+    tail_m: int = 0  # rows of a segment's last tile when that is enough (0: whole tiles only)
 
     def dot_precision(self, dtype: Any) -> str:
         return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
@@ -65,6 +66,12 @@ def persistent_programs(cfg: GroupedMatmulConfig, itemsize: int) -> int:
     return sms * max(1, H.smem_limit((9, 0)) // max(H.smem_bytes(cfg, itemsize), 1))
 
 
+def tail_rows(block_m: int) -> int:
+    """Half-tiles at the group ends for tiles of 128+ rows (64-row products are still whole
+    warpgroup MMAs on Hopper); smaller tiles keep whole tiles."""
+    return block_m // 2 if block_m >= 128 else 0
+
+
 def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
     assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_warps and cfg.num_stages and cfg.split_k
     programs = persistent_programs(cfg, jnp.dtype(a.dtype).itemsize) if cfg.persistent else 0
@@ -72,6 +79,7 @@ def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
         m=a.m, k=a.k, n=a.n, groups=a.groups, transpose_rhs=a.transpose_rhs, out_dtype=a.preferred_element_type,
         precision=a.precision, block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, split_k=cfg.split_k, num_programs=programs,
+        tail_m=tail_rows(cfg.block_m),
     )  # fmt: skip
 
 
@@ -108,6 +116,7 @@ def gmm(
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
         BLOCK_K=spec.block_k,
+        TAIL_M=spec.tail_m,
         EVEN_K=kd % spec.block_k == 0,
         DOT_PRECISION=spec.dot_precision(a.dtype),
         NUM_PROGRAMS=min(spec.num_programs, tiles),

@@ -9,6 +9,9 @@ schedule (``_plan.gmm_schedule``) is built on the device from ``group_sizes`` an
 ``cdiv(m, BLOCK_M) + g + 2`` tiles long; programs past its end do nothing. A tile never straddles
 two groups, so each output row is written exactly once. Rows past a segment are loaded (clamped
 into ``[0, m)``: always valid memory) and dropped at the store, which keeps the loads unmasked.
+A segment's last tile is as wide as its rows need when ``TAIL_M`` (half a tile) is enough: groups
+of 256 +- 16 rows (64 experts, 16384 tokens) compute 25 % padding rows with whole 128-row tiles
+and 12 % with half tiles at the group ends.
 With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the SM count)
 stride over the schedule's actual tiles, whose count is read on the device.
 
@@ -26,21 +29,14 @@ import triton.language as tl
 
 
 @triton.jit
-def _gmm_tile(
-    tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
+def _gmm_rows(
+    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
-    ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse)."""
-    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-    i_t = tile // num_tiles_n
-    i_n = tile % num_tiles_n
-    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
-    row0 = tl.load(tile_row_ptr + i_t)
-    row_end = tl.load(tile_end_ptr + i_t)
+    """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``."""
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
@@ -68,11 +64,47 @@ def _gmm_tile(
 
 
 @triton.jit
+def _gmm_tile(
+    tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
+    ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse). With
+    ``TAIL_M > 0``, a segment's last tile holding at most ``TAIL_M`` rows runs ``TAIL_M``-row
+    products: half the work of a full tile for the group ends that need no more."""
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    i_t = tile // num_tiles_n
+    i_n = tile % num_tiles_n
+    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
+    row0 = tl.load(tile_row_ptr + i_t)
+    row_end = tl.load(tile_end_ptr + i_t)
+    if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
+        if row_end - row0 <= TAIL_M:
+            _gmm_rows(
+                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            )  # fmt: skip
+        else:
+            _gmm_rows(
+                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            )  # fmt: skip
+    else:
+        _gmm_rows(
+            a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+        )  # fmt: skip
+
+
+@triton.jit
 def gmm_kernel(
     a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, num_entries_ptr, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
@@ -82,7 +114,7 @@ def gmm_kernel(
     if NUM_PROGRAMS == 0:
         _gmm_tile(
             pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
     else:
         num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
@@ -90,7 +122,7 @@ def gmm_kernel(
         for tile in range(pid, total, NUM_PROGRAMS):
             _gmm_tile(
                 tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
 
 

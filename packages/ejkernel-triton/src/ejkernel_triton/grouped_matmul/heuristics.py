@@ -40,20 +40,27 @@ def tgmm_split(m: int, k: int, n: int, groups: int, block_m: int, block_n: int, 
 
 
 def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None) -> GroupedMatmulConfig:
-    """Few large groups: 128x128 tiles (a tile is wasted only at a group's last rows). Many
-    small groups (fewer than 128 rows each on average): 64-row tiles, since each group's last
-    tile is on average half empty and that waste grows with the group count. 16-bit inputs take
-    64-deep k steps (a 128x64 tile of each operand per stage), float32 32-deep (same bytes);
-    4 stages hide the global-memory latency on Hopper, 3 on Ampere (less shared memory)."""
+    """Few large groups: 128-row tiles (a tile is wasted only at a group's last rows, and a
+    group's last rows run half tiles when 64 are enough: ``_call.tail_rows``). Many small groups
+    (fewer than 128 rows each on average): 64-row tiles, since each group's last tile is on
+    average half empty and that waste grows with the group count. 16-bit inputs take 64-deep k
+    steps, float32 32-deep (same bytes). On Hopper, 16-bit 128-row tiles are 256 columns wide
+    with 3 stages (144 KiB of shared memory): more flops per byte loaded than 128x128 with 4
+    stages, measured faster on the three kernels at (16384, 2048, 1536, 64) on an H100 (H100,
+    ``benchmarks/grouped_matmul_sweep.py --shapes 1``: forward 0.284 / dlhs 0.296 / tgmm 0.493
+    ms against 0.293 / 0.312 / 0.580). Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere
+    (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
     block_k = 64 if itemsize <= 2 else 32
     hopper = bool(cc) and cc[0] >= 9
-    stages = 4 if hopper else 3
+    wide = hopper and block_m == 128 and itemsize <= 2
+    block_n = 256 if wide else 128
+    stages = 3 if wide else 4 if hopper else 3
     warps = 8 if block_m == 128 and hopper else 4
     cfg = GroupedMatmulConfig(
-        block_m=block_m, block_n=128, block_k=block_k, num_warps=warps, num_stages=stages,
-        split_k=tgmm_split(m, k, n, groups, block_m, 128, block_k), persistent=False,
+        block_m=block_m, block_n=block_n, block_k=block_k, num_warps=warps, num_stages=stages,
+        split_k=tgmm_split(m, k, n, groups, block_m, block_n, block_k), persistent=False,
     )  # fmt: skip
     while smem_bytes(cfg, itemsize) > smem_limit(cc) and cfg.num_stages > 1:
         cfg = GroupedMatmulConfig(**{**cfg.tuning_fields(), "num_stages": cfg.num_stages - 1})
