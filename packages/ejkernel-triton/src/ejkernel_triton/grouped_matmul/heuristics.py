@@ -48,8 +48,9 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     with 3 stages (144 KiB of shared memory): more flops per byte loaded than 128x128 with 4
     stages, measured faster on the three kernels at (16384, 2048, 1536, 64) on an H100 (H100,
     ``benchmarks/grouped_matmul_sweep.py --shapes 1``: forward 0.284 / dlhs 0.296 / tgmm 0.493
-    ms against 0.293 / 0.312 / 0.580). Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere
-    (less shared memory)."""
+    ms against 0.293 / 0.312 / 0.580; also at (16384, 4096, 2048, 8) and (65536, 4096, 1408, 64):
+    ``results/h200/wave2/barrier-clock/``). Otherwise 128 columns, 4 stages on Hopper, 3 on
+    Ampere (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
     block_k = 64 if itemsize <= 2 else 32
