@@ -251,9 +251,18 @@ def _triton_cache_dir() -> None:
         pass
 
 
-def time_fla(name: str, case: dict[str, Any], ref: Any, repeats: int, bypass_640: bool) -> list[dict[str, Any]]:
+def time_fla(
+    name: str,
+    case: dict[str, Any],
+    ref: Any,
+    repeats: int,
+    bypass_640: bool,
+    partial: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """fla's records (a second one, ``fla-bypass640``, when its #640 guard refused and
-    ``bypass_640``): times, and differences from ejkernel's output and gradients ``ref``."""
+    ``bypass_640``): times, and differences from ejkernel's output and gradients ``ref``.
+    ``partial`` gets the forward-only record as soon as it is measured (fla autotunes its
+    backward for minutes on a fresh machine: a time limit then keeps the forward)."""
     _triton_cache_dir()
     import torch
     from torch.utils.dlpack import from_dlpack
@@ -270,6 +279,8 @@ def time_fla(name: str, case: dict[str, Any], ref: Any, repeats: int, bypass_640
         out = call()
         rec["fwd_ms"] = timed(call)
     rec["out_rel_diff"] = _rel(out.float().cpu().numpy(), out_ref)
+    if partial is not None:
+        partial({**rec, "note": "forward only (forward+backward not measured yet)"})
     for x in leaves:
         x.requires_grad_(True)
 
@@ -355,7 +366,10 @@ def run(ns: argparse.Namespace) -> int:
         if "fla" in ns.impls.split(",") and ref is not None:
             t0 = time.time()
             try:
-                recs = time_fla(ns.op, case, ref, ns.repeats, ns.fla_bypass_640)
+                recs = time_fla(
+                    ns.op, case, ref, ns.repeats, ns.fla_bypass_640,
+                    partial=lambda r, base=base, t0=t0: _emit({**base, **r, "wall_s": round(time.time() - t0, 1)}, ns.jsonl),
+                )  # fmt: skip
             except Exception as e:
                 recs = [{"impl": "fla", "peer": PEERS[ns.op][1], "error": f"{type(e).__name__}: {str(e)[:300]}"}]
             for rec in recs:
