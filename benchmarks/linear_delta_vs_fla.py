@@ -239,14 +239,19 @@ def _triton_cache_dir() -> None:
     """jax-triton 0.3.1 sets ``TRITON_CACHE_DIR=""`` when imported (ejkernel's launches set a
     directory of their own, scoped): Triton then cannot build its CUDA driver module for fla
     ("Could not create or locate cache dir"), and fla, imported after it, falls back to the CPU.
-    Give Triton a directory before fla is imported."""
-    if not os.environ.get("TRITON_CACHE_DIR"):
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"triton-fla-{os.getuid()}")
+    Give Triton a directory before fla is imported: ``FLA_TRITON_CACHE_DIR`` if set, else the
+    current one, else a temporary one. Triton's autotuner also keeps its results there
+    (``TRITON_CACHE_AUTOTUNING=1`` unless set otherwise: ``<key>/<kernel>.autotune.json``): fla
+    autotunes every kernel for minutes on a fresh machine, and
+    ``benchmarks/h200/wave2_linear_delta.sh`` carries those results from one GPU call to the next."""
+    chosen = os.environ.get("FLA_TRITON_CACHE_DIR") or os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = chosen or os.path.join(tempfile.gettempdir(), f"triton-fla-{os.getuid()}")
+    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     try:
         import triton
 
-        if not triton.knobs.cache.dir:
-            triton.knobs.cache.dir = os.environ["TRITON_CACHE_DIR"]
+        triton.knobs.cache.dir = os.environ["TRITON_CACHE_DIR"]
+        triton.knobs.autotuning.cache = os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
     except (ImportError, AttributeError):
         pass
 

@@ -19,7 +19,8 @@
 #   bash .whl/install.sh && bash benchmarks/h200/wave2_linear_delta.sh
 # On a fresh machine fla autotunes every kernel on its first calls: one op's fla rows took more than
 # 55 s beyond ejkernel's (~15 s Triton, ~25 s XLA) on an H100, so run two or three ops per call
-# (OPS="gla gdn", MAIN_S=150).
+# (OPS="gla gdn", MAIN_S=150). Its autotuning results are kept in $OUT/fla-autotune.tgz: copy that
+# file to .whl/fla-autotune.tgz here and the next call (carry .whl) skips fla's autotuning.
 # BUDGET_S (default 460) caps the whole script: a step gets what is left, one that would get under
 # 15 s is skipped (steps.txt says so). fla autotunes on its first calls and each step compiles anew,
 # so one call may not reach every "extra" step: run them in a second call (STEPS="extra table").
@@ -80,11 +81,25 @@ if [[ $steps == *" conf "* ]]; then
     --junitxml="$out/conformance_linear_delta.xml"
   grep -E "passed|failed|FAILED|Error" "$out/conformance_linear_delta.txt" | tail -15
 fi
+# fla's autotuning results (Triton's autotune cache: <key>/<kernel>.autotune.json) are kept in
+# $out/fla-autotune.tgz after every benchmark step; a later call that carries that file as
+# $FLA_AUTOTUNE_IN (default .whl/fla-autotune.tgz, where stage-wheels' .whl/ is carried) starts
+# with them and compiles only fla's chosen configs (the choice was timed on the card of the call
+# that made the file: the same sm_90 target, H100 or H200).
+export FLA_TRITON_CACHE_DIR=${FLA_TRITON_CACHE_DIR:-/tmp/triton-fla-cache}
+mkdir -p "$FLA_TRITON_CACHE_DIR"
+fla_in=${FLA_AUTOTUNE_IN:-.whl/fla-autotune.tgz}
+if [[ -f $fla_in ]]; then
+  tar xzf "$fla_in" -C "$FLA_TRITON_CACHE_DIR" && echo "fla autotune results from $fla_in: $(tar tzf "$fla_in" | grep -c autotune.json) kernels" | tee -a "$out/steps.txt"
+fi
+keep_fla_autotune() {
+  (cd "$FLA_TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$out/fla-autotune.tgz" -T -) 2>/dev/null
+}
 if [[ $steps == *" main "* ]]; then
-  for op in $ops; do bench main "$op" main 5 ${MAIN_S:-150}; done
+  for op in $ops; do bench main "$op" main 5 ${MAIN_S:-150}; keep_fla_autotune; done
 fi
 if [[ $steps == *" extra "* ]]; then
-  for op in $ops; do bench extra "$op" varlen,long 3 ${EXTRA_S:-90}; done
+  for op in $ops; do bench extra "$op" varlen,long 3 ${EXTRA_S:-90}; keep_fla_autotune; done
 fi
 if [[ $steps == *" table "* && -s "$out/bench.jsonl" ]]; then
   python3 -c 'import json, sys; json.dump([json.loads(l) for l in open(sys.argv[1]) if l.strip()], open(sys.argv[2], "w"), indent=1)' \
