@@ -44,6 +44,10 @@ GMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False, 0),
     (128, 128, 64, 8, 4, 1, False, 0),
     (128, 128, 64, 8, 4, 1, True),
+    # Two or three programs per SM (96 / 64 KiB of shared memory): one's epilogue under the
+    # other's main loop, what a persistent warp-specialized kernel gets by design.
+    (128, 128, 64, 8, 3, 1, False),
+    (128, 128, 32, 8, 4, 1, False),
     (64, 256, 64, 4, 4, 1, False),
     (64, 128, 64, 4, 4, 1, False),
     (128, 128, 128, 8, 3, 1, False),
