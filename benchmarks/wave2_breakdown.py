@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -96,6 +97,16 @@ def linear(rec: Recorder, tiny: bool) -> None:
                 "linear", "bwd_states", lambda *a, spec=spec: L.bwd_states(spec, *a),
                 (qf, gf, dof, h0, cu, choff), **tiles,
             )  # fmt: skip
+            if block_v == 64:  # the state kernels with 32x32 state tiles: 4x the programs
+                small = dataclasses.replace(spec, state_block=32)
+                rec.time(
+                    "linear", "fwd_states", lambda *a, spec=small: L.fwd_states(spec, *a, jnp.bfloat16),
+                    (kf, vf, gf, h0, cu, choff), **tiles, state_block=32,
+                )  # fmt: skip
+                rec.time(
+                    "linear", "bwd_states", lambda *a, spec=small: L.bwd_states(spec, *a),
+                    (qf, gf, dof, h0, cu, choff), **tiles, state_block=32,
+                )  # fmt: skip
             rec.time(
                 "linear", "bwd_inputs", lambda *a, spec=spec: L.bwd_inputs(spec, *a),
                 (qf, kf, vf, gf, dof, hs, dhs, cstart, cend), **tiles,

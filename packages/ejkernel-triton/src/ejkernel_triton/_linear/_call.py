@@ -64,6 +64,9 @@ class Spec:
     stages: int
     scale: float
     varlen: bool
+    # The state kernels' K and V tiles (at most): each program walks every chunk of its sequence
+    # in turn, so smaller tiles trade bigger products for more programs running side by side.
+    state_block: int = 64
 
     @property
     def prec(self) -> str:
@@ -101,7 +104,7 @@ def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
 def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
     """The chunk-state recurrence: ``hs [n_chunks, H, K, V]`` (``dtype``), ``ht`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
-    bk, bv = _tile(K, 64), _tile(V, 64)
+    bk, bv = _tile(K, spec.state_block), _tile(V, spec.state_block)
     # The chunk states are stored in the inputs' dtype: the products that read them take that
     # dtype anyway (fla does the same), and they are the kernels' largest traffic.
     hs, ht = launch(
@@ -141,7 +144,7 @@ def _backward(spec: Spec, q, k, v, g, cu, choff, cstart, cend, hs, do, dht):
 def bwd_states(spec: Spec, q, g, do, dht, cu, choff):
     """The reverse recurrence of the state gradients: ``dhs`` (``q``'s dtype), ``dh0`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
-    bk, bv = _tile(K, 64), _tile(V, 64)
+    bk, bv = _tile(K, spec.state_block), _tile(V, spec.state_block)
     dhs, dh0 = launch(
         linear_bwd_dh_kernel, q, g, do, dht, cu, choff, np.float32(spec.scale),
         out_shape=[
