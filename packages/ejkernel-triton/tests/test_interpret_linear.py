@@ -144,3 +144,35 @@ def test_triton_matches_xla_on_a_long_steep_sequence():
     np.testing.assert_allclose(lt, lx, rtol=1e-5)
     for a, b in zip(gt, gx, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=1e-4)
+
+
+def test_state_tiles_do_not_change_the_states():
+    """The state recurrences over 32x32 tiles (``Spec.state_block``; 64 by default) store the
+    same chunk states, final state and state gradients: head dims 40 (key) and 72 (value) make
+    partly masked last tiles at both sizes; two packed sequences, one empty."""
+    from ejkernel_triton._linear import _call as L
+
+    rng = np.random.default_rng(11)
+    t, h, dk, dv = 37, 2, 40, 72
+    arr = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
+    k, v, q, do = arr(t, h, dk), arr(t, h, dv), arr(t, h, dk), arr(t, h, dv)
+    g = -jnp.abs(arr(t, h, dk)) * 0.1
+    h0, dht = arr(3, h, dk, dv), arr(3, h, dk, dv)
+    cu = jnp.asarray([0, 20, 20, t], jnp.int32)
+    spec = L.Spec(
+        tokens=t, batch=1, seq=t, num_seqs=3, n_chunks=-(-t // 16) + 3, heads=h, kv_heads=h, head_dim=dk,
+        value_head_dim=dv, chunk=16, block_v=16, warps=4, stages=1, scale=dk**-0.5, varlen=True,
+    )  # fmt: skip
+    choff, _, _ = L.chunk_tables(cu, spec)
+    out = {}
+    for block in (64, 32):
+        s = dataclasses.replace(spec, state_block=block)
+        hs, ht = L.fwd_states(s, k, v, g, h0, cu, choff, jnp.float32)
+        dhs, dh0 = L.bwd_states(s, q, g, do, dht, cu, choff)
+        out[block] = [np.asarray(x) for x in (hs, ht, dhs, dh0)]
+    used = int(choff[-1])  # chunk slots past it are never written
+    for i, (a, b) in enumerate(zip(out[64], out[32], strict=True)):
+        if i in (0, 2):
+            a, b = a[:used], b[:used]
+        assert np.isfinite(a).all() and np.abs(a).max() > 0
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
