@@ -35,8 +35,11 @@ SHAPES = [
     (65536, 4096, 1408, 64, "multinomial"),
     (8192, 7168, 2048, 256, "zipf"),
 ]
-# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail]): ``tail`` (gmm only)
-# overrides the rows of a group's last tile (``_call.tail_rows``: half a 128-row tile; 0: whole tiles).
+# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail[, tma[, ws]]]): ``tail``
+# (gmm only; None: ``_call.tail_rows``) the rows of a group's last tile (half a 128-row tile; 0:
+# whole tiles); ``tma``: the Hopper TMA kernels (``_kernel.gmm_tma_kernel``, ``tgmm_tma_kernel``);
+# ``ws``: their k loop warp-specialized (a producer warp and consumer warpgroups; ``warps`` per
+# consumer side as Triton counts them).
 GMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
     (128, 128, 64, 8, 4, 1, False),
@@ -47,10 +50,21 @@ GMM_CFGS = [
     # Two or three programs per SM (96 / 64 KiB of shared memory): one's epilogue under the
     # other's main loop, what a persistent warp-specialized kernel gets by design.
     (128, 128, 64, 8, 3, 1, False),
+    (128, 256, 64, 8, 2, 1, False),
     (128, 128, 32, 8, 4, 1, False),
     (64, 256, 64, 4, 4, 1, False),
     (64, 128, 64, 4, 4, 1, False),
     (128, 128, 128, 8, 3, 1, False),
+    # TMA operand tiles
+    (128, 256, 64, 8, 3, 1, False, None, True),
+    (128, 256, 64, 8, 3, 1, True, None, True),
+    (128, 256, 64, 8, 4, 1, False, None, True),
+    (128, 256, 64, 8, 2, 1, False, None, True),
+    (128, 128, 64, 8, 3, 1, False, None, True),
+    (128, 128, 64, 8, 4, 1, False, None, True),
+    (128, 256, 64, 4, 2, 1, False, 0, True, True),
+    (128, 256, 64, 4, 3, 1, False, 0, True, True),
+    (128, 128, 64, 4, 3, 1, False, 0, True, True),
 ]
 # tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
 # so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
@@ -65,13 +79,25 @@ TGMM_CFGS = [
     (128, 256, 128, 8, 2, 1, False),
     (128, 128, 64, 8, 4, 2, False),
     (64, 256, 64, 4, 4, 1, False),
+    # TMA operand tiles
+    (128, 256, 64, 8, 3, 1, False, None, True),
+    (128, 256, 64, 8, 2, 1, False, None, True),
+    (128, 128, 64, 8, 3, 1, False, None, True),
+    (128, 128, 64, 8, 2, 1, False, None, True),
+    (128, 256, 128, 8, 2, 1, False, None, True),
+    (128, 256, 64, 4, 2, 1, False, None, True, True),
+    (128, 128, 64, 4, 3, 1, False, None, True, True),
 ]
+# What each kernel is compared with: the dense matmul of the same FLOPs ([m, k] @ [k, n]).
+DENSE = True
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true", help="first three configs of each kernel")
+    p.add_argument("--only", help="indices into GMM_CFGS / TGMM_CFGS to run, e.g. 0,12,13 (after --quick)")
+    p.add_argument("--kernels", default="fwd,dlhs,tgmm", help="which kernels to sweep")
     p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES")
     p.add_argument("--shape", action="append", help="M,K,N,G,DIST (repeatable; replaces --shapes)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
@@ -100,16 +126,27 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
         rhs = (jax.random.normal(k2, (g, k, n), dt) / float(np.sqrt(k))).astype(dt)
         dout = jax.random.normal(k3, (m, n), dt)
         flops = 2.0 * m * k * n
+        if DENSE:
+            dense = looped(lambda a, b: a @ b, LOOP)
+            ms = time_callable(lambda dense=dense, a=lhs, b=rhs[0]: dense(a, b), 3) / LOOP
+            print(f"dense m{m} k{k} n{n}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:6.1f} TFLOP/s", flush=True)
+            recs.append(dict(shape=[m, k, n, g, dist], kernel="dense", ms=ms, tflops=flops / (ms * 1e-3) / 1e12))
         for kernel, cfgs in (("fwd", GMM_CFGS), ("dlhs", GMM_CFGS), ("tgmm", TGMM_CFGS)):
+            if kernel not in ns.kernels.split(","):
+                continue
             first = None
-            for c in cfgs[:3] if ns.quick else cfgs:
+            picked = cfgs[:3] if ns.quick else cfgs
+            if ns.only:
+                picked = [cfgs[int(i)] for i in ns.only.split(",") if int(i) < len(cfgs)]
+            for c in picked:
                 bm, bn, bk, w, s, split, persistent = c[:7]
-                tail = c[7] if len(c) > 7 else tail_rows(bm)
+                tail = c[7] if len(c) > 7 and c[7] is not None else tail_rows(bm)
+                tma, ws = (bool(c[8]) if len(c) > 8 else False), (bool(c[9]) if len(c) > 9 else False)
                 cfg = GroupedMatmulConfig(
                     block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
                 )
                 programs = persistent_programs(cfg, 2) if persistent else 0
-                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail)
+                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail, tma, ws)
                 if kernel == "fwd":
                     fn, args = (
                         (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),

@@ -19,9 +19,9 @@ from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 from ejkernel.ops.grouped_matmul.op import group_bounds, merge_rows
 
 from .. import _launch
-from .._launch import launch
+from .._launch import launch, launch_compiled
 from . import heuristics as H
-from ._kernel import gmm_kernel, tgmm_kernel
+from ._kernel import gmm_kernel, gmm_tma_kernel, tgmm_kernel, tgmm_tma_kernel
 from ._plan import gmm_schedule, max_tiles
 
 # float32 operands: DEFAULT is three-pass TF32 (about float32's accuracy, as the flash kernels
@@ -52,6 +52,8 @@ class Spec:
     split_k: int
     num_programs: int  # persistent gmm grid (0: one program per tile)
     tail_m: int = 0  # rows of a segment's last tile when that is enough (0: whole tiles only)
+    tma: bool = False  # Hopper: operand tiles by TMA (``_kernel.gmm_tma_kernel``, ``tgmm_tma_kernel``)
+    warp_specialize: bool = False  # with ``tma``: the k loop split into producer and consumer warps
 
     def dot_precision(self, dtype: Any) -> str:
         return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
@@ -70,6 +72,12 @@ def tail_rows(block_m: int) -> int:
     """Half-tiles at the group ends for tiles of 128+ rows (64-row products are still whole
     warpgroup MMAs on Hopper); smaller tiles keep whole tiles."""
     return block_m // 2 if block_m >= 128 else 0
+
+
+def tma_eligible(k: int, n: int, dtype: Any, cc: tuple[int, int] | None) -> bool:
+    """TMA copies need Hopper and 16-byte aligned rows: 16-bit operands with ``k`` and ``n``
+    multiples of 8 (the rows of ``lhs``, ``rhs`` and ``dout``)."""
+    return bool(cc) and cc[0] >= 9 and jnp.dtype(dtype).itemsize == 2 and k % 8 == 0 and n % 8 == 0
 
 
 def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
@@ -104,11 +112,27 @@ def gmm(
         schedule = gmm_schedule(starts, ends, m, spec.block_m)
     tile_seg, tile_row, tile_end, num_entries = schedule
     tiles = max_tiles(m, spec.groups, spec.block_m) * _cdiv(nd, spec.block_n)
+    programs = min(spec.num_programs, tiles)
+    if spec.tma:
+        (out,) = launch_compiled(
+            gmm_tma_kernel,
+            a, b, tile_seg, tile_row, tile_end, num_entries,
+            out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
+            grid=(programs or tiles,),
+            num_warps=spec.num_warps,
+            num_stages=spec.num_stages,
+            name="ejkernel_gmm_tma",
+            M=m, N=nd, K=kd, G=b.shape[0], B_KN=b_kn,
+            BLOCK_M=spec.block_m, BLOCK_N=spec.block_n, BLOCK_K=spec.block_k,
+            TAIL_M=0 if spec.warp_specialize else spec.tail_m,  # a specialized kernel has one k loop
+            NUM_PROGRAMS=programs, WARP_SPECIALIZE=spec.warp_specialize,
+        )  # fmt: skip
+        return out
     (out,) = launch(
         gmm_kernel,
         a, b, tile_seg, tile_row, tile_end, num_entries,
         out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
-        grid=(min(spec.num_programs, tiles) if spec.num_programs else tiles,),
+        grid=(programs or tiles,),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_gmm",
@@ -119,7 +143,7 @@ def gmm(
         TAIL_M=spec.tail_m,
         EVEN_K=kd % spec.block_k == 0,
         DOT_PRECISION=spec.dot_precision(a.dtype),
-        NUM_PROGRAMS=min(spec.num_programs, tiles),
+        NUM_PROGRAMS=programs,
     )  # fmt: skip
     return out
 
@@ -139,21 +163,27 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: j
     else:
         shape, out_dtype = (g, k, n), dtype
         s_g, s_k, s_n, s_s = k * n, n, 1, 0
-    (out,) = launch(
-        tgmm_kernel,
-        lhs, dout, starts, ends,
+    common = dict(
         out_shape=[jax.ShapeDtypeStruct(shape, out_dtype)],
         grid=(g * tiles_k * tiles_n, split),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        name="ejkernel_tgmm",
         N=n, K=k, stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
         SPLIT=split,
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
         BLOCK_K=spec.block_k,
-        DOT_PRECISION=spec.dot_precision(lhs.dtype),
     )  # fmt: skip
+    if spec.tma:
+        (out,) = launch_compiled(
+            tgmm_tma_kernel, lhs, dout, starts, ends, name="ejkernel_tgmm_tma",
+            WARP_SPECIALIZE=spec.warp_specialize, **common,
+        )  # fmt: skip
+    else:
+        (out,) = launch(
+            tgmm_kernel, lhs, dout, starts, ends, name="ejkernel_tgmm",
+            DOT_PRECISION=spec.dot_precision(lhs.dtype), **common,
+        )  # fmt: skip
     if split > 1:
         out = out.sum(axis=0)
         out = (jnp.swapaxes(out, 1, 2) if spec.transpose_rhs else out).astype(dtype)

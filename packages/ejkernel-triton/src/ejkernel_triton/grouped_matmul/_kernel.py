@@ -162,3 +162,145 @@ def tgmm_kernel(
         + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
     )  # fmt: skip
     tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
+
+
+# -- Hopper: operand tiles by the tensor memory accelerator ---------------------------------------
+
+
+@triton.jit
+def _gmm_tma_rows(
+    a_desc, b_desc, out_ptr, seg, row0, row_end, i_n,
+    N: tl.constexpr, K: tl.constexpr, B_KN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """:func:`_gmm_rows` with the ``a`` and ``b`` tiles copied by TMA (``a_desc``'s block has
+    ``BLOCK_M`` rows). Rows past ``m`` and columns past ``K`` arrive as zeros (the descriptors'
+    bounds); rows of other segments are dropped at the store."""
+    k_stop = tl.where(seg >= 0, K, 0)
+    g = tl.maximum(seg, 0)
+    n0 = i_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(0, k_stop, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
+        b_a = a_desc.load([row0, k0])  # [BLOCK_M, BLOCK_K]
+        if B_KN:
+            b_b = b_desc.load([g, k0, n0]).reshape([BLOCK_K, BLOCK_N])
+        else:  # b[g] is [N, K]: its [BLOCK_N, BLOCK_K] tile, transposed in shared memory
+            b_b = b_desc.load([g, n0, k0]).reshape([BLOCK_N, BLOCK_K]).T
+        acc = tl.dot(b_a, b_b, acc)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_m < row_end)[:, None] & (offs_n < N)[None, :])
+
+
+@triton.jit
+def _gmm_tma_tile(
+    tile, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
+    N: tl.constexpr, K: tl.constexpr, B_KN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """:func:`_gmm_tile` with TMA operand tiles (``t_desc``: ``TAIL_M``-row blocks of ``a``)."""
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    i_t = tile // num_tiles_n
+    i_n = tile % num_tiles_n
+    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
+    row0 = tl.load(tile_row_ptr + i_t)
+    row_end = tl.load(tile_end_ptr + i_t)
+    if seg > -2:
+        if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
+            if row_end - row0 <= TAIL_M:
+                _gmm_tma_rows(
+                    t_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
+                    TAIL_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
+                )  # fmt: skip
+            else:
+                _gmm_tma_rows(
+                    a_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
+                    BLOCK_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
+                )  # fmt: skip
+        else:
+            _gmm_tma_rows(
+                a_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
+                BLOCK_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
+            )  # fmt: skip
+
+
+@triton.jit
+def gmm_tma_kernel(
+    a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, num_entries_ptr, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, G: tl.constexpr, B_KN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """:func:`gmm_kernel` on Hopper with TMA copies of the operand tiles (16-bit operands whose
+    rows are 16-byte aligned: ``K`` and ``N`` multiples of 8): one bulk copy per tile completing
+    on a barrier instead of per-thread address arithmetic and loads. ``b`` is ``[G, K, N]``
+    (``B_KN``) or ``[G, N, K]``, seen through a 3-D descriptor so that a k tail reads zeros, never
+    the next group's matrix. ``NUM_PROGRAMS > 0``: persistent grid, as :func:`gmm_kernel`."""
+    pid = tl.program_id(0)
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if TAIL_M > 0:
+        t_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[TAIL_M, BLOCK_K])
+    else:
+        t_desc = a_desc
+    if B_KN:
+        b_desc = tl.make_tensor_descriptor(
+            b_ptr, shape=[G, K, N], strides=[K * N, N, 1], block_shape=[1, BLOCK_K, BLOCK_N]
+        )
+    else:
+        b_desc = tl.make_tensor_descriptor(
+            b_ptr, shape=[G, N, K], strides=[N * K, K, 1], block_shape=[1, BLOCK_N, BLOCK_K]
+        )
+    if NUM_PROGRAMS == 0:
+        _gmm_tma_tile(
+            pid, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, N, K, B_KN,
+            BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, WARP_SPECIALIZE,
+        )  # fmt: skip
+    else:
+        total = tl.load(num_entries_ptr) * num_tiles_n
+        for tile in range(pid, total, NUM_PROGRAMS):
+            _gmm_tma_tile(
+                tile, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, N, K, B_KN,
+                BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, WARP_SPECIALIZE,
+            )  # fmt: skip
+
+
+@triton.jit
+def tgmm_tma_kernel(
+    a_ptr, d_ptr, starts_ptr, ends_ptr, out_ptr,
+    N: tl.constexpr, K: tl.constexpr,
+    stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """:func:`tgmm_kernel` with TMA copies: the descriptors of ``a`` and ``dout`` end at the
+    group's last row, so the rows past it arrive as zeros (no masks in the loop)."""
+    pid = tl.program_id(0)
+    i_s = tl.program_id(1)
+    num_tiles_k: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    tiles: tl.constexpr = num_tiles_k * num_tiles_n
+    g = pid // tiles
+    i_k = (pid % tiles) // num_tiles_n
+    i_n = pid % num_tiles_n
+    start = tl.load(starts_ptr + g)
+    end = tl.load(ends_ptr + g)
+    rows = tl.maximum(end, 1)  # a descriptor has at least one row (an empty group loads none)
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[rows, K], strides=[K, 1], block_shape=[BLOCK_K, BLOCK_M])
+    d_desc = tl.make_tensor_descriptor(d_ptr, shape=[rows, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    k0 = i_k * BLOCK_M
+    n0 = i_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in tl.range(start + i_s * BLOCK_K, end, SPLIT * BLOCK_K, warp_specialize=WARP_SPECIALIZE):
+        b_a = a_desc.load([r0, k0])  # [BLOCK_K, BLOCK_M]
+        b_d = d_desc.load([r0, n0])  # [BLOCK_K, BLOCK_N]
+        acc = tl.dot(b_a.T, b_d, acc)
+    offs_k = k0 + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    p_out = (
+        out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
+        + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
+    )  # fmt: skip
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
