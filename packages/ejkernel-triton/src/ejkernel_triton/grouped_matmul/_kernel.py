@@ -64,12 +64,54 @@ def _gmm_rows(
 
 
 @triton.jit
+def _gmm_rows2(
+    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    BLOCK_M: tl.constexpr, EXTRA_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """A merged last tile: rows ``[row0, row0 + BLOCK_M)`` and ``[row0 + BLOCK_M, row_end)`` (at
+    most ``EXTRA_M``) of group ``seg`` (``>= 0``), two products over each loaded ``b`` tile."""
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_x = row0 + BLOCK_M + tl.arange(0, EXTRA_M)
+    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    cols = offs_n % N
+    p_a = a_ptr + (offs_m % M).to(tl.int64)[:, None] * K + offs_k[None, :]
+    p_x = a_ptr + (offs_x % M).to(tl.int64)[:, None] * K + offs_k[None, :]
+    p_b = b_ptr + seg.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_x = tl.zeros((EXTRA_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            b_a = tl.load(p_a)
+            b_x = tl.load(p_x)
+            b_b = tl.load(p_b)
+        else:
+            in_k = (k0 + offs_k) < K
+            b_a = tl.load(p_a, mask=in_k[None, :], other=0.0)
+            b_x = tl.load(p_x, mask=in_k[None, :], other=0.0)
+            b_b = tl.load(p_b, mask=in_k[:, None], other=0.0)
+        acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
+        acc_x = tl.dot(b_x, b_b, acc_x, input_precision=DOT_PRECISION)
+        p_a += BLOCK_K
+        p_x += BLOCK_K
+        p_b += BLOCK_K * stride_bk
+    in_n = (offs_n < N)[None, :]
+    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=in_n)  # all BLOCK_M rows are the group's
+    p_out = out_ptr + offs_x.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_out, acc_x.to(out_ptr.dtype.element_ty), mask=(offs_x < row_end)[:, None] & in_n)
+
+
+@triton.jit
 def _gmm_tile(
     tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    EXTRA_M: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
     ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse). With
@@ -81,6 +123,33 @@ def _gmm_tile(
     seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
     row0 = tl.load(tile_row_ptr + i_t)
     row_end = tl.load(tile_end_ptr + i_t)
+    if EXTRA_M > 0:  # compile time: a merged last tile (``_plan.gmm_schedule(extra_m=...)``)
+        if row_end - row0 > BLOCK_M:
+            _gmm_rows2(
+                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                BLOCK_M, EXTRA_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            )  # fmt: skip
+        else:
+            _gmm_tile_rows(
+                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+            )  # fmt: skip
+    else:
+        _gmm_tile_rows(
+            a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+            BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+        )  # fmt: skip
+
+
+@triton.jit
+def _gmm_tile_rows(
+    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """A tile of at most ``BLOCK_M`` rows: ``TAIL_M``-row products when that many suffice."""
     if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
         if row_end - row0 <= TAIL_M:
             _gmm_rows(
@@ -105,7 +174,7 @@ def gmm_kernel(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    EXTRA_M: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
     its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
@@ -114,7 +183,7 @@ def gmm_kernel(
     if NUM_PROGRAMS == 0:
         _gmm_tile(
             pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EXTRA_M, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
     else:
         num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
@@ -122,7 +191,7 @@ def gmm_kernel(
         for tile in range(pid, total, NUM_PROGRAMS):
             _gmm_tile(
                 tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EXTRA_M, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
 
 
@@ -164,143 +233,45 @@ def tgmm_kernel(
     tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
 
 
-# -- Hopper: operand tiles by the tensor memory accelerator ---------------------------------------
-
-
 @triton.jit
-def _gmm_tma_rows(
-    a_desc, b_desc, out_ptr, seg, row0, row_end, i_n,
-    N: tl.constexpr, K: tl.constexpr, B_KN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):  # fmt: skip
-    """:func:`_gmm_rows` with the ``a`` and ``b`` tiles copied by TMA (``a_desc``'s block has
-    ``BLOCK_M`` rows). Rows past ``m`` and columns past ``K`` arrive as zeros (the descriptors'
-    bounds); rows of other segments are dropped at the store."""
-    k_stop = tl.where(seg >= 0, K, 0)
-    g = tl.maximum(seg, 0)
-    n0 = i_n * BLOCK_N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in tl.range(0, k_stop, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
-        b_a = a_desc.load([row0, k0])  # [BLOCK_M, BLOCK_K]
-        if B_KN:
-            b_b = b_desc.load([g, k0, n0]).reshape([BLOCK_K, BLOCK_N])
-        else:  # b[g] is [N, K]: its [BLOCK_N, BLOCK_K] tile, transposed in shared memory
-            b_b = b_desc.load([g, n0, k0]).reshape([BLOCK_N, BLOCK_K]).T
-        acc = tl.dot(b_a, b_b, acc)
-    offs_m = row0 + tl.arange(0, BLOCK_M)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_m < row_end)[:, None] & (offs_n < N)[None, :])
-
-
-@triton.jit
-def _gmm_tma_tile(
-    tile, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
-    N: tl.constexpr, K: tl.constexpr, B_KN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-):  # fmt: skip
-    """:func:`_gmm_tile` with TMA operand tiles (``t_desc``: ``TAIL_M``-row blocks of ``a``)."""
-    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-    i_t = tile // num_tiles_n
-    i_n = tile % num_tiles_n
-    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
-    row0 = tl.load(tile_row_ptr + i_t)
-    row_end = tl.load(tile_end_ptr + i_t)
-    if seg > -2:
-        if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
-            if row_end - row0 <= TAIL_M:
-                _gmm_tma_rows(
-                    t_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
-                    TAIL_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
-                )  # fmt: skip
-            else:
-                _gmm_tma_rows(
-                    a_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
-                    BLOCK_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
-                )  # fmt: skip
-        else:
-            _gmm_tma_rows(
-                a_desc, b_desc, out_ptr, seg, row0, row_end, i_n, N, K, B_KN,
-                BLOCK_M, BLOCK_N, BLOCK_K, WARP_SPECIALIZE,
-            )  # fmt: skip
-
-
-@triton.jit
-def gmm_tma_kernel(
-    a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, num_entries_ptr, out_ptr,
-    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, G: tl.constexpr, B_KN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):  # fmt: skip
-    """:func:`gmm_kernel` on Hopper with TMA copies of the operand tiles (16-bit operands whose
-    rows are 16-byte aligned: ``K`` and ``N`` multiples of 8): one bulk copy per tile completing
-    on a barrier instead of per-thread address arithmetic and loads. ``b`` is ``[G, K, N]``
-    (``B_KN``) or ``[G, N, K]``, seen through a 3-D descriptor so that a k tail reads zeros, never
-    the next group's matrix. ``NUM_PROGRAMS > 0``: persistent grid, as :func:`gmm_kernel`."""
-    pid = tl.program_id(0)
-    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-    if TAIL_M > 0:
-        t_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[TAIL_M, BLOCK_K])
-    else:
-        t_desc = a_desc
-    if B_KN:
-        b_desc = tl.make_tensor_descriptor(
-            b_ptr, shape=[G, K, N], strides=[K * N, N, 1], block_shape=[1, BLOCK_K, BLOCK_N]
-        )
-    else:
-        b_desc = tl.make_tensor_descriptor(
-            b_ptr, shape=[G, N, K], strides=[N * K, K, 1], block_shape=[1, BLOCK_N, BLOCK_K]
-        )
-    if NUM_PROGRAMS == 0:
-        _gmm_tma_tile(
-            pid, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, N, K, B_KN,
-            BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, WARP_SPECIALIZE,
-        )  # fmt: skip
-    else:
-        total = tl.load(num_entries_ptr) * num_tiles_n
-        for tile in range(pid, total, NUM_PROGRAMS):
-            _gmm_tma_tile(
-                tile, a_desc, t_desc, b_desc, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, N, K, B_KN,
-                BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, WARP_SPECIALIZE,
-            )  # fmt: skip
-
-
-@triton.jit
-def tgmm_tma_kernel(
-    a_ptr, d_ptr, starts_ptr, ends_ptr, out_ptr,
+def tgmm_stream_kernel(
+    a_ptr, d_ptr, chunk_seg_ptr, chunk_row_ptr, chunk_end_ptr, bounds_ptr, out_ptr,
     N: tl.constexpr, K: tl.constexpr,
-    stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
+    stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """:func:`tgmm_kernel` with TMA copies: the descriptors of ``a`` and ``dout`` end at the
-    group's last row, so the rows past it arrive as zeros (no masks in the loop)."""
+    """``db[j] = a[rows of j]ᵀ @ dout[rows of j]`` for a run of whole groups: program ``(t, p)``
+    owns output tile ``t`` (``[BLOCK_M over K, BLOCK_N over N]``) of every group of run ``p``
+    (``_plan.tgmm_schedule``) and walks the run's ``BLOCK_K``-row chunks in ONE loop, storing
+    and clearing its accumulator after each group's last chunk (megablox's ``tgmm`` order).
+    With a few hundred rows per group, one program per (group, tile) (``tgmm_kernel``) spends
+    most of its time filling and draining a 4-step pipeline; here the loads stay in flight
+    across the groups. An empty group has one chunk of no rows: its zeros are stored."""
     pid = tl.program_id(0)
-    i_s = tl.program_id(1)
-    num_tiles_k: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
+    i_p = tl.program_id(1)
     num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-    tiles: tl.constexpr = num_tiles_k * num_tiles_n
-    g = pid // tiles
-    i_k = (pid % tiles) // num_tiles_n
+    i_k = pid // num_tiles_n
     i_n = pid % num_tiles_n
-    start = tl.load(starts_ptr + g)
-    end = tl.load(ends_ptr + g)
-    rows = tl.maximum(end, 1)  # a descriptor has at least one row (an empty group loads none)
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[rows, K], strides=[K, 1], block_shape=[BLOCK_K, BLOCK_M])
-    d_desc = tl.make_tensor_descriptor(d_ptr, shape=[rows, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
-    k0 = i_k * BLOCK_M
-    n0 = i_n * BLOCK_N
+    offs_k = i_k * BLOCK_M + tl.arange(0, BLOCK_M)  # db rows: lhs columns
+    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_K)
+    ks = offs_k % K
+    ns = offs_n % N
+    m_out = (offs_k < K)[:, None] & (offs_n < N)[None, :]
+    p_out = out_ptr + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
+    c0 = tl.load(bounds_ptr + i_p)
+    c1 = tl.load(bounds_ptr + i_p + 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for r0 in tl.range(start + i_s * BLOCK_K, end, SPLIT * BLOCK_K, warp_specialize=WARP_SPECIALIZE):
-        b_a = a_desc.load([r0, k0])  # [BLOCK_K, BLOCK_M]
-        b_d = d_desc.load([r0, n0])  # [BLOCK_K, BLOCK_N]
-        acc = tl.dot(b_a.T, b_d, acc)
-    offs_k = k0 + tl.arange(0, BLOCK_M)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    p_out = (
-        out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
-        + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
-    )  # fmt: skip
-    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
+    for c in range(c0, c1):
+        seg = tl.load(chunk_seg_ptr + c)
+        r0 = tl.load(chunk_row_ptr + c)
+        r1 = tl.load(chunk_end_ptr + c)
+        rows = r0 + offs_r
+        in_g = rows < r1
+        rows64 = rows.to(tl.int64)
+        b_a = tl.load(a_ptr + rows64[:, None] * K + ks[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_M]
+        b_d = tl.load(d_ptr + rows64[:, None] * N + ns[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
+        acc = tl.dot(tl.trans(b_a), b_d, acc, input_precision=DOT_PRECISION)
+        if r0 + BLOCK_K >= r1:  # the group's last chunk
+            tl.store(p_out + seg.to(tl.int64) * stride_og, acc.to(out_ptr.dtype.element_ty), mask=m_out)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
