@@ -35,25 +35,20 @@ SHAPES = [
     (65536, 4096, 1408, 64, "multinomial"),
     (8192, 7168, 2048, 256, "zipf"),
 ]
-# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail[, extra[, parts]]]):
-# ``tail`` (gmm; None: ``_call.tail_rows``) the rows of a group's last tile (half a 128-row tile;
-# 0: whole tiles); ``extra`` (gmm) a group's last rows up to this many computed by the tile before
-# them (``_plan.gmm_schedule``); ``parts`` (tgmm) the streaming kernel over that many runs of
-# groups (``_kernel.tgmm_stream_kernel``; 0: one program per group and tile).
+# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail[, tma_store]]): ``tail``
+# (gmm; None: ``_call.tail_rows``) the rows of a group's last tile (half a 128-row tile; 0: whole
+# tiles); ``tma_store``: output tiles leave through shared memory by TMA copies (Hopper).
 GMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
-    (128, 256, 64, 8, 3, 1, False, None, 64),
-    (128, 256, 64, 8, 3, 1, False, None, 32),
-    (128, 128, 64, 8, 3, 1, False, None, 64),
-    (128, 128, 64, 8, 4, 1, False, None, 64),
     (128, 256, 64, 8, 4, 1, False),
+    (128, 256, 64, 8, 3, 1, False, None, True),
+    (128, 256, 64, 8, 4, 1, False, None, True),
+    (128, 128, 64, 8, 4, 1, False, None, True),
     (128, 128, 64, 8, 3, 1, False),
     (128, 128, 64, 8, 4, 1, False),
     (128, 256, 64, 8, 3, 1, False, 0),
     (128, 128, 64, 8, 4, 1, False, 0),
     (128, 128, 64, 8, 4, 1, True),
-    # Two or three programs per SM (96 / 64 KiB of shared memory): one's epilogue under the
-    # other's main loop, what a persistent warp-specialized kernel gets by design.
     (128, 256, 64, 8, 2, 1, False),
     (128, 128, 32, 8, 4, 1, False),
     (64, 256, 64, 4, 4, 1, False),
@@ -61,18 +56,17 @@ GMM_CFGS = [
     (128, 128, 128, 8, 3, 1, False),
 ]
 # tgmm: one program per (group, tile) reduces its group's rows (256 +- 16 rows: 4 steps of 64 on
-# the 64-expert shape), filling and draining its pipeline each time; the streaming kernel walks a
-# run of groups in one loop.
+# the 64-expert shape) and writes a [block_m, block_n] tile: the output (g x k x n) is the
+# kernel's largest traffic there.
 TGMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
-    (128, 256, 64, 8, 3, 1, False, None, 0, 4),
-    (128, 256, 64, 8, 3, 1, False, None, 0, 6),
-    (128, 256, 64, 8, 3, 1, False, None, 0, 11),
-    (128, 128, 64, 8, 3, 1, False, None, 0, 3),
-    (128, 128, 64, 8, 3, 1, False, None, 0, 6),
-    (128, 256, 64, 8, 4, 1, False, None, 0, 6),
-    (128, 128, 64, 8, 4, 1, False, None, 0, 6),
-    (128, 256, 128, 8, 2, 1, False, None, 0, 6),
+    (128, 256, 64, 8, 3, 1, False, None, True),
+    (128, 256, 64, 8, 4, 1, False, None, True),
+    (128, 256, 64, 8, 2, 1, False, None, True),
+    (128, 128, 64, 8, 3, 1, False, None, True),
+    (128, 128, 64, 8, 4, 1, False, None, True),
+    (128, 128, 64, 8, 2, 1, False, None, True),
+    (128, 256, 128, 8, 2, 1, False, None, True),
     (128, 128, 64, 8, 4, 1, False),
     (128, 256, 64, 8, 4, 1, False),
     (128, 128, 64, 8, 2, 1, False),
@@ -136,14 +130,12 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
             for c in picked:
                 bm, bn, bk, w, s, split, persistent = c[:7]
                 tail = c[7] if len(c) > 7 and c[7] is not None else tail_rows(bm)
-                extra, parts = (c[8] if len(c) > 8 else 0), (c[9] if len(c) > 9 else 0)
+                tma_store = bool(c[8]) if len(c) > 8 else False
                 cfg = GroupedMatmulConfig(
                     block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
                 )
                 programs = persistent_programs(cfg, 2) if persistent else 0
-                spec = Spec(
-                    m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail, extra, parts
-                )
+                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail, tma_store)
                 if kernel == "fwd":
                     fn, args = (
                         (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),

@@ -34,9 +34,11 @@ def _gmm_rows(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
-    """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``."""
+    """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``.
+    ``TMA_STORE``: the tile leaves through shared memory by one TMA copy whose descriptor ends
+    at ``row_end`` (the rows past it, another segment's, are clipped)."""
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
@@ -59,50 +61,15 @@ def _gmm_rows(
         acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
         p_a += BLOCK_K
         p_b += BLOCK_K * stride_bk
-    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
-
-
-@triton.jit
-def _gmm_rows2(
-    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
-    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
-    BLOCK_M: tl.constexpr, EXTRA_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    """A merged last tile: rows ``[row0, row0 + BLOCK_M)`` and ``[row0 + BLOCK_M, row_end)`` (at
-    most ``EXTRA_M``) of group ``seg`` (``>= 0``), two products over each loaded ``b`` tile."""
-    offs_m = row0 + tl.arange(0, BLOCK_M)
-    offs_x = row0 + BLOCK_M + tl.arange(0, EXTRA_M)
-    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    cols = offs_n % N
-    p_a = a_ptr + (offs_m % M).to(tl.int64)[:, None] * K + offs_k[None, :]
-    p_x = a_ptr + (offs_x % M).to(tl.int64)[:, None] * K + offs_k[None, :]
-    p_b = b_ptr + seg.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_x = tl.zeros((EXTRA_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            b_a = tl.load(p_a)
-            b_x = tl.load(p_x)
-            b_b = tl.load(p_b)
-        else:
-            in_k = (k0 + offs_k) < K
-            b_a = tl.load(p_a, mask=in_k[None, :], other=0.0)
-            b_x = tl.load(p_x, mask=in_k[None, :], other=0.0)
-            b_b = tl.load(p_b, mask=in_k[:, None], other=0.0)
-        acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
-        acc_x = tl.dot(b_x, b_b, acc_x, input_precision=DOT_PRECISION)
-        p_a += BLOCK_K
-        p_x += BLOCK_K
-        p_b += BLOCK_K * stride_bk
-    in_n = (offs_n < N)[None, :]
-    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=in_n)  # all BLOCK_M rows are the group's
-    p_out = out_ptr + offs_x.to(tl.int64)[:, None] * N + offs_n[None, :]
-    tl.store(p_out, acc_x.to(out_ptr.dtype.element_ty), mask=(offs_x < row_end)[:, None] & in_n)
+    if TMA_STORE:
+        if seg > -2:
+            o_desc = tl.make_tensor_descriptor(
+                out_ptr, shape=[row_end, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N]
+            )
+            o_desc.store([row0, i_n * BLOCK_N], acc.to(out_ptr.dtype.element_ty))
+    else:
+        p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
 
 
 @triton.jit
@@ -111,7 +78,7 @@ def _gmm_tile(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EXTRA_M: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
     """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
     ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse). With
@@ -123,48 +90,21 @@ def _gmm_tile(
     seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
     row0 = tl.load(tile_row_ptr + i_t)
     row_end = tl.load(tile_end_ptr + i_t)
-    if EXTRA_M > 0:  # compile time: a merged last tile (``_plan.gmm_schedule(extra_m=...)``)
-        if row_end - row0 > BLOCK_M:
-            _gmm_rows2(
-                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                BLOCK_M, EXTRA_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
-            )  # fmt: skip
-        else:
-            _gmm_tile_rows(
-                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
-            )  # fmt: skip
-    else:
-        _gmm_tile_rows(
-            a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
-        )  # fmt: skip
-
-
-@triton.jit
-def _gmm_tile_rows(
-    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
-    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    """A tile of at most ``BLOCK_M`` rows: ``TAIL_M``-row products when that many suffice."""
     if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
         if row_end - row0 <= TAIL_M:
             _gmm_rows(
                 a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
             )  # fmt: skip
         else:
             _gmm_rows(
                 a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
             )  # fmt: skip
     else:
         _gmm_rows(
             a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
         )  # fmt: skip
 
 
@@ -174,7 +114,7 @@ def gmm_kernel(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EXTRA_M: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
     its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
@@ -183,7 +123,7 @@ def gmm_kernel(
     if NUM_PROGRAMS == 0:
         _gmm_tile(
             pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EXTRA_M, EVEN_K, DOT_PRECISION,
+            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION, TMA_STORE,
         )  # fmt: skip
     else:
         num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
@@ -191,7 +131,7 @@ def gmm_kernel(
         for tile in range(pid, total, NUM_PROGRAMS):
             _gmm_tile(
                 tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EXTRA_M, EVEN_K, DOT_PRECISION,
+                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION, TMA_STORE,
             )  # fmt: skip
 
 
@@ -201,8 +141,11 @@ def tgmm_kernel(
     N: tl.constexpr, K: tl.constexpr,
     stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
     SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, G: tl.constexpr, TMA_STORE: tl.constexpr, OUT_T: tl.constexpr,
 ):  # fmt: skip
+    """``TMA_STORE`` (``SPLIT == 1``): the tile leaves through shared memory by one TMA copy into
+    ``out`` seen as ``[G, K, N]`` (or ``[G, N, K]`` with ``OUT_T``, the tile transposed); the
+    descriptor's bounds clip the k and n tails."""
     pid = tl.program_id(0)
     i_s = tl.program_id(1)
     num_tiles_k: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
@@ -226,52 +169,23 @@ def tgmm_kernel(
         b_a = tl.load(a_ptr + rows64[:, None] * K + ks[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_M]
         b_d = tl.load(d_ptr + rows64[:, None] * N + ns[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
         acc = tl.dot(tl.trans(b_a), b_d, acc, input_precision=DOT_PRECISION)
-    p_out = (
-        out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
-        + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
-    )  # fmt: skip
-    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
-
-
-@triton.jit
-def tgmm_stream_kernel(
-    a_ptr, d_ptr, chunk_seg_ptr, chunk_row_ptr, chunk_end_ptr, bounds_ptr, out_ptr,
-    N: tl.constexpr, K: tl.constexpr,
-    stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    """``db[j] = a[rows of j]ᵀ @ dout[rows of j]`` for a run of whole groups: program ``(t, p)``
-    owns output tile ``t`` (``[BLOCK_M over K, BLOCK_N over N]``) of every group of run ``p``
-    (``_plan.tgmm_schedule``) and walks the run's ``BLOCK_K``-row chunks in ONE loop, storing
-    and clearing its accumulator after each group's last chunk (megablox's ``tgmm`` order).
-    With a few hundred rows per group, one program per (group, tile) (``tgmm_kernel``) spends
-    most of its time filling and draining a 4-step pipeline; here the loads stay in flight
-    across the groups. An empty group has one chunk of no rows: its zeros are stored."""
-    pid = tl.program_id(0)
-    i_p = tl.program_id(1)
-    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-    i_k = pid // num_tiles_n
-    i_n = pid % num_tiles_n
-    offs_k = i_k * BLOCK_M + tl.arange(0, BLOCK_M)  # db rows: lhs columns
-    offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_r = tl.arange(0, BLOCK_K)
-    ks = offs_k % K
-    ns = offs_n % N
-    m_out = (offs_k < K)[:, None] & (offs_n < N)[None, :]
-    p_out = out_ptr + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
-    c0 = tl.load(bounds_ptr + i_p)
-    c1 = tl.load(bounds_ptr + i_p + 1)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for c in range(c0, c1):
-        seg = tl.load(chunk_seg_ptr + c)
-        r0 = tl.load(chunk_row_ptr + c)
-        r1 = tl.load(chunk_end_ptr + c)
-        rows = r0 + offs_r
-        in_g = rows < r1
-        rows64 = rows.to(tl.int64)
-        b_a = tl.load(a_ptr + rows64[:, None] * K + ks[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_M]
-        b_d = tl.load(d_ptr + rows64[:, None] * N + ns[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
-        acc = tl.dot(tl.trans(b_a), b_d, acc, input_precision=DOT_PRECISION)
-        if r0 + BLOCK_K >= r1:  # the group's last chunk
-            tl.store(p_out + seg.to(tl.int64) * stride_og, acc.to(out_ptr.dtype.element_ty), mask=m_out)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if TMA_STORE:
+        if OUT_T:
+            o_desc = tl.make_tensor_descriptor(
+                out_ptr, shape=[G, N, K], strides=[N * K, K, 1], block_shape=[1, BLOCK_N, BLOCK_M]
+            )
+            tile = tl.trans(acc.to(out_ptr.dtype.element_ty))
+            o_desc.store([g, i_n * BLOCK_N, i_k * BLOCK_M], tile.reshape([1, BLOCK_N, BLOCK_M]))
+        else:
+            o_desc = tl.make_tensor_descriptor(
+                out_ptr, shape=[G, K, N], strides=[K * N, N, 1], block_shape=[1, BLOCK_M, BLOCK_N]
+            )
+            o_desc.store(
+                [g, i_k * BLOCK_M, i_n * BLOCK_N], acc.to(out_ptr.dtype.element_ty).reshape([1, BLOCK_M, BLOCK_N])
+            )
+    else:
+        p_out = (
+            out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
+            + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
+        )  # fmt: skip
+        tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
