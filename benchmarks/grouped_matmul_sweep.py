@@ -35,38 +35,31 @@ SHAPES = [
     (65536, 4096, 1408, 64, "multinomial"),
     (8192, 7168, 2048, 256, "zipf"),
 ]
-# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail[, tma_store]]): ``tail``
-# (gmm; None: ``_call.tail_rows``) the rows of a group's last tile (half a 128-row tile; 0: whole
-# tiles); ``tma_store``: output tiles leave through shared memory by TMA copies (Hopper).
+# (block_m, block_n, block_k, warps, stages, split_k, persistent[, tail]): ``tail`` (gmm only)
+# overrides the rows of a group's last tile (``_call.tail_rows``: half a 128-row tile; 0: whole tiles).
+# Variants measured slower and removed (records in results/h200/wave2/gmm-64/README.md): TMA
+# operand tiles and warp specialization (3b01b98), merged last tiles and a streaming tgmm
+# (db65d11), TMA-store epilogues (the commit after db65d11).
 GMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
     (128, 256, 64, 8, 4, 1, False),
-    (128, 256, 64, 8, 3, 1, False, None, True),
-    (128, 256, 64, 8, 4, 1, False, None, True),
-    (128, 128, 64, 8, 4, 1, False, None, True),
-    (128, 128, 64, 8, 3, 1, False),
     (128, 128, 64, 8, 4, 1, False),
     (128, 256, 64, 8, 3, 1, False, 0),
     (128, 128, 64, 8, 4, 1, False, 0),
     (128, 128, 64, 8, 4, 1, True),
+    # Two or three programs per SM (96 / 64 KiB of shared memory): one's epilogue under the
+    # other's main loop, what a persistent warp-specialized kernel gets by design.
+    (128, 128, 64, 8, 3, 1, False),
     (128, 256, 64, 8, 2, 1, False),
     (128, 128, 32, 8, 4, 1, False),
     (64, 256, 64, 4, 4, 1, False),
     (64, 128, 64, 4, 4, 1, False),
     (128, 128, 128, 8, 3, 1, False),
 ]
-# tgmm: one program per (group, tile) reduces its group's rows (256 +- 16 rows: 4 steps of 64 on
-# the 64-expert shape) and writes a [block_m, block_n] tile: the output (g x k x n) is the
-# kernel's largest traffic there.
+# tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
+# so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
 TGMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
-    (128, 256, 64, 8, 3, 1, False, None, True),
-    (128, 256, 64, 8, 4, 1, False, None, True),
-    (128, 256, 64, 8, 2, 1, False, None, True),
-    (128, 128, 64, 8, 3, 1, False, None, True),
-    (128, 128, 64, 8, 4, 1, False, None, True),
-    (128, 128, 64, 8, 2, 1, False, None, True),
-    (128, 256, 128, 8, 2, 1, False, None, True),
     (128, 128, 64, 8, 4, 1, False),
     (128, 256, 64, 8, 4, 1, False),
     (128, 128, 64, 8, 2, 1, False),
@@ -130,12 +123,11 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
             for c in picked:
                 bm, bn, bk, w, s, split, persistent = c[:7]
                 tail = c[7] if len(c) > 7 and c[7] is not None else tail_rows(bm)
-                tma_store = bool(c[8]) if len(c) > 8 else False
                 cfg = GroupedMatmulConfig(
                     block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
                 )
                 programs = persistent_programs(cfg, 2) if persistent else 0
-                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail, tma_store)
+                spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail)
                 if kernel == "fwd":
                     fn, args = (
                         (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),
@@ -153,7 +145,9 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
                     )
                 t0 = time.time()
                 try:
-                    out = jax.block_until_ready(jax.jit(fn)(*args)).astype(jnp.float32)
+                    # The first 16 groups' gradient (a float32 copy of all 256 x 7168 x 2048 is 15 GB).
+                    out = jax.block_until_ready(jax.jit(fn)(*args))[: 16 if kernel == "tgmm" else None]
+                    out = out.astype(jnp.float32)
                     prog = looped(fn, LOOP)
                     ms = time_callable(lambda prog=prog, args=args: prog(*args), 3) / LOOP
                 except Exception as e:  # a config that fails to compile or run is recorded

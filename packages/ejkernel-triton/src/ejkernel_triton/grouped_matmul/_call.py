@@ -19,7 +19,7 @@ from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 from ejkernel.ops.grouped_matmul.op import group_bounds, merge_rows
 
 from .. import _launch
-from .._launch import launch, launch_compiled
+from .._launch import launch
 from . import heuristics as H
 from ._kernel import gmm_kernel, tgmm_kernel
 from ._plan import gmm_schedule, max_tiles
@@ -52,7 +52,6 @@ class Spec:
     split_k: int
     num_programs: int  # persistent gmm grid (0: one program per tile)
     tail_m: int = 0  # rows of a segment's last tile when that is enough (0: whole tiles only)
-    tma_store: bool = False  # Hopper: output tiles leave by TMA copies (``tma_store_eligible``)
 
     def dot_precision(self, dtype: Any) -> str:
         return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
@@ -71,11 +70,6 @@ def tail_rows(block_m: int) -> int:
     """Half-tiles at the group ends for tiles of 128+ rows (64-row products are still whole
     warpgroup MMAs on Hopper); smaller tiles keep whole tiles."""
     return block_m // 2 if block_m >= 128 else 0
-
-
-def _row_bytes_aligned(row: int, dtype: Any) -> bool:
-    """TMA copies need 16-byte aligned rows (XLA's buffers themselves are aligned)."""
-    return row * jnp.dtype(dtype).itemsize % 16 == 0
 
 
 def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
@@ -110,15 +104,14 @@ def gmm(
         schedule = gmm_schedule(starts, ends, m, spec.block_m)
     tile_seg, tile_row, tile_end, num_entries = schedule
     tiles = max_tiles(m, spec.groups, spec.block_m) * _cdiv(nd, spec.block_n)
-    tma = spec.tma_store and _row_bytes_aligned(nd, out_dtype)
-    (out,) = (launch_compiled if tma else launch)(
+    (out,) = launch(
         gmm_kernel,
         a, b, tile_seg, tile_row, tile_end, num_entries,
         out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
         grid=(min(spec.num_programs, tiles) if spec.num_programs else tiles,),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        name="ejkernel_gmm_tma_store" if tma else "ejkernel_gmm",
+        name="ejkernel_gmm",
         M=m, N=nd, K=kd, stride_bg=s_g, stride_bk=stride_bk, stride_bn=stride_bn,
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
@@ -127,7 +120,6 @@ def gmm(
         EVEN_K=kd % spec.block_k == 0,
         DOT_PRECISION=spec.dot_precision(a.dtype),
         NUM_PROGRAMS=min(spec.num_programs, tiles),
-        TMA_STORE=tma,
     )  # fmt: skip
     return out
 
@@ -147,25 +139,20 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: j
     else:
         shape, out_dtype = (g, k, n), dtype
         s_g, s_k, s_n, s_s = k * n, n, 1, 0
-    # A TMA store writes rows of the output layout: n (or k when transposed) elements long.
-    tma = spec.tma_store and split == 1 and _row_bytes_aligned(k if spec.transpose_rhs else n, dtype)
-    (out,) = (launch_compiled if tma else launch)(
+    (out,) = launch(
         tgmm_kernel,
         lhs, dout, starts, ends,
         out_shape=[jax.ShapeDtypeStruct(shape, out_dtype)],
         grid=(g * tiles_k * tiles_n, split),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        name="ejkernel_tgmm_tma_store" if tma else "ejkernel_tgmm",
+        name="ejkernel_tgmm",
         N=n, K=k, stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
         SPLIT=split,
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
         BLOCK_K=spec.block_k,
         DOT_PRECISION=spec.dot_precision(lhs.dtype),
-        G=g,
-        TMA_STORE=tma,
-        OUT_T=spec.transpose_rhs,
     )  # fmt: skip
     if split > 1:
         out = out.sum(axis=0)

@@ -34,11 +34,9 @@ def _gmm_rows(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA_STORE: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``.
-    ``TMA_STORE``: the tile leaves through shared memory by one TMA copy whose descriptor ends
-    at ``row_end`` (the rows past it, another segment's, are clipped)."""
+    """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``."""
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
@@ -61,15 +59,8 @@ def _gmm_rows(
         acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
         p_a += BLOCK_K
         p_b += BLOCK_K * stride_bk
-    if TMA_STORE:
-        if seg > -2:
-            o_desc = tl.make_tensor_descriptor(
-                out_ptr, shape=[row_end, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N]
-            )
-            o_desc.store([row0, i_n * BLOCK_N], acc.to(out_ptr.dtype.element_ty))
-    else:
-        p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-        tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
+    p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
 
 
 @triton.jit
@@ -78,7 +69,7 @@ def _gmm_tile(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, TMA_STORE: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
     ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse). With
@@ -94,17 +85,17 @@ def _gmm_tile(
         if row_end - row0 <= TAIL_M:
             _gmm_rows(
                 a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
+                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
         else:
             _gmm_rows(
                 a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
     else:
         _gmm_rows(
             a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, TMA_STORE,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
 
 
@@ -114,7 +105,7 @@ def gmm_kernel(
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr, TMA_STORE: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
     its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
@@ -123,7 +114,7 @@ def gmm_kernel(
     if NUM_PROGRAMS == 0:
         _gmm_tile(
             pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION, TMA_STORE,
+            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
     else:
         num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
@@ -131,7 +122,7 @@ def gmm_kernel(
         for tile in range(pid, total, NUM_PROGRAMS):
             _gmm_tile(
                 tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION, TMA_STORE,
+                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
 
 
@@ -141,11 +132,8 @@ def tgmm_kernel(
     N: tl.constexpr, K: tl.constexpr,
     stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
     SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, G: tl.constexpr, TMA_STORE: tl.constexpr, OUT_T: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """``TMA_STORE`` (``SPLIT == 1``): the tile leaves through shared memory by one TMA copy into
-    ``out`` seen as ``[G, K, N]`` (or ``[G, N, K]`` with ``OUT_T``, the tile transposed); the
-    descriptor's bounds clip the k and n tails."""
     pid = tl.program_id(0)
     i_s = tl.program_id(1)
     num_tiles_k: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
@@ -169,23 +157,8 @@ def tgmm_kernel(
         b_a = tl.load(a_ptr + rows64[:, None] * K + ks[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_M]
         b_d = tl.load(d_ptr + rows64[:, None] * N + ns[None, :], mask=in_g[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
         acc = tl.dot(tl.trans(b_a), b_d, acc, input_precision=DOT_PRECISION)
-    if TMA_STORE:
-        if OUT_T:
-            o_desc = tl.make_tensor_descriptor(
-                out_ptr, shape=[G, N, K], strides=[N * K, K, 1], block_shape=[1, BLOCK_N, BLOCK_M]
-            )
-            tile = tl.trans(acc.to(out_ptr.dtype.element_ty))
-            o_desc.store([g, i_n * BLOCK_N, i_k * BLOCK_M], tile.reshape([1, BLOCK_N, BLOCK_M]))
-        else:
-            o_desc = tl.make_tensor_descriptor(
-                out_ptr, shape=[G, K, N], strides=[K * N, N, 1], block_shape=[1, BLOCK_M, BLOCK_N]
-            )
-            o_desc.store(
-                [g, i_k * BLOCK_M, i_n * BLOCK_N], acc.to(out_ptr.dtype.element_ty).reshape([1, BLOCK_M, BLOCK_N])
-            )
-    else:
-        p_out = (
-            out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
-            + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
-        )  # fmt: skip
-        tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
+    p_out = (
+        out_ptr + i_s.to(tl.int64) * stride_os + g.to(tl.int64) * stride_og
+        + offs_k.to(tl.int64)[:, None] * stride_ok + offs_n[None, :] * stride_on
+    )  # fmt: skip
+    tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=(offs_k < K)[:, None] & (offs_n < N)[None, :])
