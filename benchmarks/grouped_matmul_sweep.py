@@ -39,7 +39,7 @@ SHAPES = [
 # overrides the rows of a group's last tile (``_call.tail_rows``: half a 128-row tile; 0: whole tiles).
 # Variants measured slower and removed (records in results/h200/wave2/gmm-64/README.md): TMA
 # operand tiles and warp specialization (3b01b98), merged last tiles and a streaming tgmm
-# (db65d11), TMA-store epilogues (the commit after db65d11).
+# (db65d11), TMA-store epilogues (1103b5e).
 GMM_CFGS = [
     (128, 256, 64, 8, 3, 1, False),
     (128, 256, 64, 8, 4, 1, False),
