@@ -8,8 +8,9 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
 - ``linear`` (gla_attention / lightning / recurrent / state_space_v2 share these kernels), B4 T4096
   H16 D128 bf16: the chunk-state recurrence (``fwd_states``), the output (``fwd_output``: the
   intra-chunk scores, then each value tile), the reverse state recurrence (``bwd_states``) and the
-  input gradients (``bwd_inputs``: a dv kernel and a dq/dk/dg kernel per key tile), for 16- and 32-token chunks and 64- or
-  128-column value tiles; plus the whole op, forward and forward+backward.
+  input gradients (``bwd_inputs``: a dv kernel and a dq/dk/dg kernel per key tile), for 16-, 32-
+  and 64-token chunks, 64- or 128-column value tiles and 4 or 8 warps; plus the whole op, forward
+  and forward+backward.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -74,54 +75,54 @@ def linear(rec: Recorder, tiny: bool) -> None:
     h0 = jnp.zeros((b, h, d, d), jnp.float32)
     cu = jnp.arange(b + 1, dtype=jnp.int32) * t
     shape = f"b{b} t{t} h{h} d{d}"
-    for chunk in (16, 32):
-        for block_v in (64, 128):
-            spec = L.Spec(
-                tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
-                head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=4, stages=2,
-                scale=d**-0.5, varlen=False,
-            )  # fmt: skip
-            choff, cstart, cend = L.chunk_tables(cu, spec)
-            tiles = {"shape": shape, "chunk": chunk, "block_v": block_v}
-            hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, gf, h0, cu, choff)
-            dhs = hs  # any array of the right shape and dtype: the kernels' cost does not depend on it
+    # (chunk, value tile, warps): the heuristic's first.
+    for chunk, block_v, warps in ((32, 64, 4), (16, 64, 4), (32, 64, 8), (32, 128, 8), (64, 64, 8), (16, 128, 4)):
+        spec = L.Spec(
+            tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
+            head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=warps, stages=2,
+            scale=d**-0.5, varlen=False,
+        )  # fmt: skip
+        choff, cstart, cend = L.chunk_tables(cu, spec)
+        tiles = {"shape": shape, "chunk": chunk, "block_v": block_v, "warps": warps}
+        hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, gf, h0, cu, choff)
+        dhs = hs  # any array of the right shape and dtype: the kernels' cost does not depend on it
+        rec.time(
+            "linear", "fwd_states", lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16),
+            (kf, vf, gf, h0, cu, choff), **tiles,
+        )  # fmt: skip
+        rec.time(
+            "linear", "fwd_output", lambda *a, spec=spec: L.fwd_output(spec, *a),
+            (qf, kf, vf, gf, hs, cstart, cend), **tiles,
+        )  # fmt: skip
+        rec.time(
+            "linear", "bwd_states", lambda *a, spec=spec: L.bwd_states(spec, *a),
+            (qf, gf, dof, h0, cu, choff), **tiles,
+        )  # fmt: skip
+        if (chunk, block_v, warps) == (32, 64, 4):  # the state kernels with 32x32 state tiles: 4x the programs
+            small = dataclasses.replace(spec, state_block=32)
             rec.time(
-                "linear", "fwd_states", lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16),
-                (kf, vf, gf, h0, cu, choff), **tiles,
+                "linear", "fwd_states", lambda *a, spec=small: L.fwd_states(spec, *a, jnp.bfloat16),
+                (kf, vf, gf, h0, cu, choff), **tiles, state_block=32,
             )  # fmt: skip
             rec.time(
-                "linear", "fwd_output", lambda *a, spec=spec: L.fwd_output(spec, *a),
-                (qf, kf, vf, gf, hs, cstart, cend), **tiles,
+                "linear", "bwd_states", lambda *a, spec=small: L.bwd_states(spec, *a),
+                (qf, gf, dof, h0, cu, choff), **tiles, state_block=32,
             )  # fmt: skip
-            rec.time(
-                "linear", "bwd_states", lambda *a, spec=spec: L.bwd_states(spec, *a),
-                (qf, gf, dof, h0, cu, choff), **tiles,
-            )  # fmt: skip
-            if block_v == 64:  # the state kernels with 32x32 state tiles: 4x the programs
-                small = dataclasses.replace(spec, state_block=32)
-                rec.time(
-                    "linear", "fwd_states", lambda *a, spec=small: L.fwd_states(spec, *a, jnp.bfloat16),
-                    (kf, vf, gf, h0, cu, choff), **tiles, state_block=32,
-                )  # fmt: skip
-                rec.time(
-                    "linear", "bwd_states", lambda *a, spec=small: L.bwd_states(spec, *a),
-                    (qf, gf, dof, h0, cu, choff), **tiles, state_block=32,
-                )  # fmt: skip
-            rec.time(
-                "linear", "bwd_inputs", lambda *a, spec=spec: L.bwd_inputs(spec, *a),
-                (qf, kf, vf, gf, dof, hs, dhs, cstart, cend), **tiles,
-            )  # fmt: skip
-            cfg = GLAttentionConfig(chunk_size=chunk, block_v=block_v, num_warps=4, num_stages=2)
+        rec.time(
+            "linear", "bwd_inputs", lambda *a, spec=spec: L.bwd_inputs(spec, *a),
+            (qf, kf, vf, gf, dof, hs, dhs, cstart, cend), **tiles,
+        )  # fmt: skip
+        cfg = GLAttentionConfig(chunk_size=chunk, block_v=block_v, num_warps=warps, num_stages=2)
 
-            def op(q, k, v, g, cfg=cfg):
-                return ejkernel.gla_attention(q, k, v, g, platform="triton", cfg=cfg)
+        def op(q, k, v, g, cfg=cfg):
+            return ejkernel.gla_attention(q, k, v, g, platform="triton", cfg=cfg)
 
-            def op_fb(q, k, v, g, do, op=op):
-                loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-                return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, v, g)
+        def op_fb(q, k, v, g, do, op=op):
+            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+            return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, v, g)
 
-            rec.time("linear", "gla_attention fwd", op, (q, k, v, g), **tiles)
-            rec.time("linear", "gla_attention fwd+bwd", op_fb, (q, k, v, g, do), **tiles)
+        rec.time("linear", "gla_attention fwd", op, (q, k, v, g), **tiles)
+        rec.time("linear", "gla_attention fwd+bwd", op_fb, (q, k, v, g, do), **tiles)
 
 
 def ssm1(rec: Recorder, tiny: bool) -> None:

@@ -37,19 +37,32 @@ def _long_call(op, t, platform):
     return (q, k, v, h0), {"layer_idx": 0, "num_layers": 1}
 
 
+def _cpu_reference(op, args, kw):
+    """The token-by-token reference, run on the CPU: on a GPU, XLA's float32 scan strays from a
+    float64 recurrence by 2e-4 of the output's scale at T = 65536 (H100, GLA: 0.079 of 359; the
+    Triton kernels 0.003-0.004), beyond this test's tolerance."""
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        out, state = reference_of(op)(
+            *(None if a is None else jax.device_put(a, cpu) for a in args), return_state=True, **kw
+        )
+    return np.asarray(out), np.asarray(state)
+
+
 def _check_long(op, platform, tol):
     args, kw = _long_call(op, 65536, platform)
     out, state = jax.jit(lambda *a: getattr(ejkernel, op)(*a, return_state=True, platform=platform, **kw))(*args)
-    ref_out, ref_state = reference_of(op)(*args, return_state=True, **kw)
-    assert bool(jnp.all(jnp.isfinite(out))) and bool(jnp.all(jnp.isfinite(state)))
-    scale = max(1.0, float(jnp.max(jnp.abs(ref_out))))
-    assert float(jnp.max(jnp.abs(out - ref_out))) <= tol * scale
-    sscale = max(1.0, float(jnp.max(jnp.abs(ref_state))))
-    assert float(jnp.max(jnp.abs(state - ref_state))) <= tol * sscale
+    out, state = np.asarray(out), np.asarray(state)
+    ref_out, ref_state = _cpu_reference(op, args, kw)
+    assert np.isfinite(out).all() and np.isfinite(state).all()
+    scale = max(1.0, float(np.abs(ref_out).max()))
+    assert float(np.abs(out - ref_out).max()) <= tol * scale
+    sscale = max(1.0, float(np.abs(ref_state).max()))
+    assert float(np.abs(state - ref_state).max()) <= tol * sscale
     # The initial state is not lost: without it the final state differs by its decayed value.
     args0 = (*args[:-1], jnp.zeros_like(args[-1]))
-    _, ref_state0 = reference_of(op)(*args0, return_state=True, **kw)
-    assert float(jnp.max(jnp.abs(ref_state - ref_state0))) > 10 * tol * sscale
+    _, ref_state0 = _cpu_reference(op, args0, kw)
+    assert float(np.abs(ref_state - ref_state0).max()) > 10 * tol * sscale
 
 
 @pytest.mark.parametrize("op", ["gla_attention", "lightning_attention"])

@@ -9,16 +9,17 @@ cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total
 - ``linear_fwd_h_kernel``: per (sequence, head, K tile, V tile), the chunk-state recurrence
   ``S ← diag(exp(G_C)) S + (k ⊙ exp(G_C − G))ᵀ v``, storing the state entering every chunk.
 - ``linear_fwd_o_kernel``: per (chunk, head), ``o = (q ⊙ exp(G)) S_in + A v`` (V tiles in turn) with the
-  intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``) built column by
-  column: every exponent spans positions ``s..t`` of the chunk, so it is a sum of gates, never the
-  difference of two large cumulated sums (exact for any decay; the factored
-  ``(q e^{G}) (k e^{−G})ᵀ`` overflows once a chunk decays by ~88 nats).
+  intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``): one float32
+  product ``(q e^{G − G_r}) (k e^{G_r − G})ᵀ`` factored through the chunk's middle row ``r`` when
+  every ``|G − G_r| <= SPAN`` (30 nats: no factor or product overflows), else built column by
+  column, every exponent spanning positions ``s..t`` only (exact for any decay; factoring through
+  the chunk's start overflows once a chunk decays by ~88 nats).
 - ``linear_bwd_dh_kernel``: the reverse recurrence of the state gradients,
   ``dS ← diag(exp(G_C)) dS + (q ⊙ exp(G))ᵀ do``, storing the gradient leaving every chunk.
 - ``linear_bwd_dv_kernel``: per (chunk, head), dv from the state gradients and the intra-chunk
-  scores (built column by column as in the forward).
+  scores (as in the forward).
 - ``linear_bwd_dqk_kernel``: per (key tile, chunk, head), dq and dk from the recomputed states and
-  the state gradients, the intra-chunk part column by column.
+  the state gradients, the intra-chunk part factored or column by column as in the forward.
 
 The dqk kernel also writes the gate gradient, chunk by chunk (see its comments): the usual
 ``dg_u = Σ_{t >= u} (q_t dq_t − k_t dk_t)`` over the whole sequence subtracts terms of order one
@@ -85,16 +86,39 @@ def linear_fwd_h_kernel(
     tl.store(_state_ptrs(ht, i_n, i_h, H, K, V, o_k, o_v), b_h, mask=m_kv)
 
 
+# The intra-chunk products factor through the chunk's middle row r when every exponent of the
+# factors stays within +-SPAN (per channel, |G_t - G_r| <= SPAN): e^(G_t - G_s) = e^(G_t - G_r)
+# e^(G_r - G_s), each factor and every product of two (<= e^(2 SPAN) ~ 1e26, also for the pairs
+# s > t that are masked afterwards) finite in float32. Those chunks take one float32 product
+# (``input_precision="ieee"``: exact float32 arithmetic, no rounding to a 16-bit type) instead of
+# BT column steps; a chunk that decays more (or grows: gates may be positive) keeps the column
+# steps, whose every exponent spans positions s..t only.
+SPAN = tl.constexpr(30.0)
+
+
+@triton.jit
+def _middle_offsets(b_G, o_t, BT: tl.constexpr):
+    """``G - G_r`` (``[BT, BK]``, r the chunk's middle row) and whether it stays within ``SPAN``."""
+    b_d = b_G - _row(b_G, o_t, BT // 2)[None, :]
+    return b_d, tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN
+
+
 @triton.jit
 def _intra_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
-    """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0."""
-    b_A = tl.zeros([BT, BT], dtype=tl.float32)
-    for j in range(BT):
-        b_kj = _row(b_k, o_t, j)
-        b_gj = _row(b_G, o_t, j)
-        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))
-        col = tl.sum(b_q * b_kj[None, :] * b_e, axis=1)
-        b_A = tl.where((o_t == j)[None, :], col[:, None], b_A)
+    """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0
+    (float32 ``b_q``, ``b_k``)."""
+    b_d, factored = _middle_offsets(b_G, o_t, BT)
+    if factored:
+        b_A = tl.dot(b_q * tl.exp(b_d), tl.trans(b_k * tl.exp(-b_d)), input_precision="ieee")
+        b_A = tl.where(o_t[:, None] >= o_t[None, :], b_A, 0.0)
+    else:
+        b_A = tl.zeros([BT, BT], dtype=tl.float32)
+        for j in range(BT):
+            b_kj = _row(b_k, o_t, j)
+            b_gj = _row(b_G, o_t, j)
+            b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))
+            col = tl.sum(b_q * b_kj[None, :] * b_e, axis=1)
+            b_A = tl.where((o_t == j)[None, :], col[:, None], b_A)
     return b_A
 
 
@@ -105,8 +129,8 @@ def linear_fwd_o_kernel(
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    # One program per (chunk, head): the intra-chunk scores (the costly part: BT column steps over
-    # [BT, BK] tiles) are built once and applied to every value tile in turn.
+    # One program per (chunk, head): the intra-chunk scores are built once and applied to every
+    # value tile in turn.
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     i_hk = i_h // (H // HKV)
     t0 = tl.load(cstart + i_c).to(tl.int64)
@@ -256,17 +280,23 @@ def linear_bwd_dqk_kernel(
     b_kdo = b_kf * b_dko
     b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + (tl.exp(b_gl) * b_hdh)[None, :]
     b_dA = tl.where(o_t[:, None] >= o_t[None, :], b_dA, 0.0)
-    b_dk = tl.zeros([BT, BK], dtype=tl.float32)  # the intra part from here on
-    for j in range(BT):
-        b_kj = _row(b_kf, o_t, j)
-        b_gj = _row(b_G, o_t, j)
-        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
-        # Pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to both q·dq and k·dk, which
-        # cancel in the gate gradient; it joins dq and dk below, after dgam is formed.
-        b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
-        b_dq += b_dAj[:, None] * b_kj[None, :] * b_e
-        b_dkj = tl.sum(b_dAj[:, None] * b_q * b_e, axis=0)  # [BK]
-        b_dk += tl.where((o_t == j)[:, None], b_dkj[None, :], 0.0)
+    # The intra part of dq and dk, pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to
+    # both q·dq and k·dk, which cancel in the gate gradient; it joins dq and dk below, after dg.
+    b_d, factored = _middle_offsets(b_G, o_t, BT)
+    if factored:  # see SPAN
+        b_dAs = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
+        b_dq += tl.exp(b_d) * tl.dot(b_dAs, b_kf * tl.exp(-b_d), input_precision="ieee")
+        b_dk = tl.exp(-b_d) * tl.dot(tl.trans(b_dAs), b_q * tl.exp(b_d), input_precision="ieee")
+    else:
+        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+        for j in range(BT):
+            b_kj = _row(b_kf, o_t, j)
+            b_gj = _row(b_G, o_t, j)
+            b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
+            b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
+            b_dq += b_dAj[:, None] * b_kj[None, :] * b_e
+            b_dkj = tl.sum(b_dAj[:, None] * b_q * b_e, axis=0)  # [BK]
+            b_dk += tl.where((o_t == j)[:, None], b_dkj[None, :], 0.0)
     m_tk = m_t[:, None] & m_k[None, :]
     b_dg += tl.cumsum(b_q * b_dq - b_kf * b_dk, axis=0, reverse=True)
     p_dg = dg + (rows[:, None] * H + i_h) * K + o_k[None, :]

@@ -9,10 +9,13 @@ from ejkernel.ops import DeviceInfo, get_op
 
 from .._launch import availability
 
-# 16-token chunks: the intra-chunk scores are built one column at a time with exact per-pair
-# gates (cost ∝ chunk² · head_dim per chunk), so small chunks keep that below the products with
-# the state; 64-column value tiles keep a [16, 64] output and a [64, 64] state tile in registers.
-CHUNK, BLOCK_V, WARPS, STAGES = 16, 64, 4, 2
+# 32-token chunks: the intra-chunk scores are one product per chunk when its gates stay within
+# 30 nats of its middle row (``_kernel.SPAN``), so larger chunks halve the chunk states (the state
+# kernels' traffic) at little cost (H100, gla_attention B4 T4096 H16 D128 bf16, forward+backward:
+# 3.42 ms at 32-token chunks, 4.09 at 16; ``benchmarks/wave2_breakdown.py --only linear``); a
+# chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim). 64-column
+# value tiles keep a [32, 64] output and a [64, 64] state tile in registers.
+CHUNK, BLOCK_V, WARPS, STAGES = 32, 64, 4, 2
 CHUNKS = (16, 32, 64)
 
 
