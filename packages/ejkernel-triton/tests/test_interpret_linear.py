@@ -220,3 +220,54 @@ def test_factored_and_column_chunks_match_the_reference():
         # Gradients reach ~360 here (growing gates): float32's error is relative to that scale.
         b = np.asarray(b)
         np.testing.assert_allclose(np.asarray(a), b, atol=1e-4 * np.abs(b).max(), rtol=1e-4)
+
+
+def test_scalar_gates_take_the_scalar_path_for_any_decay():
+    """A per-head gate alone (``g_gamma``: lightning, Mamba2's SSD) builds its scores as
+    ``(q kᵀ) ⊙ exp(G_t − G_s)`` (``Spec.scalar_gate``): exact for any decay, here from 0 to 40
+    nats per token across the heads (factored per channel, 40 nats over half a chunk would
+    overflow), varlen with an empty sequence, an initial state; output, final state and the
+    gradients of q, k, v and the initial state against the naive recurrence."""
+    from ejkernel_triton._linear import _call as L
+
+    rng = np.random.default_rng(12)
+    t, h, dk, dv = 45, 4, 16, 16
+    q = jnp.asarray(rng.standard_normal((1, t, h, dk)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((1, t, h, dk)) / 4, jnp.float32)
+    v = jnp.asarray(rng.standard_normal((1, t, h, dv)), jnp.float32)
+    gamma = jnp.asarray([0.0, -0.3, -6.0, -40.0], jnp.float32)
+    h0 = jnp.asarray(rng.standard_normal((3, h, dk, dv)), jnp.float32)
+    cu = jnp.asarray([0, 20, 20, t], jnp.int32)
+    impl = kernel_registry.get("gla_attention", platform="triton")
+    cfg = op_class("gla_attention").config_cls(chunk_size=16, block_v=16, num_warps=4, num_stages=1)
+    reference = op_class("gla_attention").get_reference()
+    specs = []
+    real_core = L._core
+
+    def spy(spec, *a):
+        specs.append(spec)
+        return real_core(spec, *a)
+
+    def grads(platform):
+        def loss(q, k, v, h0):
+            if platform == "triton":
+                o, s = run_impl(
+                    impl, C.bind("gla_attention", q, k, v, None, gamma, h0, cu, return_state=True), cfg, device=GPU
+                )
+            else:
+                o, s = reference(q, k, v, None, gamma, h0, cu, return_state=True)
+            return jnp.sum(jnp.sin(o)) + jnp.sum(jnp.cos(s))
+
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, v, h0)
+
+    L._core = spy
+    try:
+        lt, gt = grads("triton")
+    finally:
+        L._core = real_core
+    assert specs and all(s.scalar_gate for s in specs)
+    lr, gr = grads("reference")
+    np.testing.assert_allclose(float(lt), float(lr), rtol=1e-5)
+    for a, b in zip(gt, gr, strict=True):
+        assert np.isfinite(np.asarray(a)).all()
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=1e-4)

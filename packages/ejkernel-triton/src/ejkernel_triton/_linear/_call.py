@@ -67,6 +67,9 @@ class Spec:
     # The state kernels' K and V tiles (at most): each program walks every chunk of its sequence
     # in turn, so smaller tiles trade bigger products for more programs running side by side.
     state_block: int = 64
+    # The gate is one number per token and head, broadcast over the key channels (no per-channel
+    # gate): the intra-chunk scores are (q kᵀ) ⊙ exp(G_t − G_s), one product for any decay.
+    scalar_gate: bool = False
 
     @property
     def prec(self) -> str:
@@ -129,7 +132,7 @@ def fwd_output(spec: Spec, q, k, v, g, hs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), q.dtype)],
         grid=(spec.n_chunks, H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_o",
-        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o),
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     return o
 
@@ -168,7 +171,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), F32)],
         grid=(spec.n_chunks, H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dv",
-        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv),
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     bk = _tile(K, 64)
     dq, dk, dg = launch(
@@ -176,7 +179,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, K), F32) for _ in range(3)],
         grid=(spec.n_chunks, _cdiv(K, bk), H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
-        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
+        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     return dq, dk, dv, dg
 
@@ -238,7 +241,7 @@ def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, sta
     spec = Spec(
         tokens=b * t, batch=b, seq=t, num_seqs=n_seqs, n_chunks=n_chunks, heads=h, kv_heads=hk, head_dim=dk,
         value_head_dim=dv, chunk=chunk, block_v=block_v, warps=warps, stages=stages, scale=float(p.scale),
-        varlen=varlen,
+        varlen=varlen, scalar_gate=p.gk is None,
     )  # fmt: skip
     choff, cstart, cend = chunk_tables(cu, spec)
     flat = [x.reshape(b * t, *x.shape[2:]) for x in (q, k, v, g)]

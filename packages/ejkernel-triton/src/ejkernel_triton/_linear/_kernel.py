@@ -13,7 +13,8 @@ cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total
   product ``(q e^{G − G_r}) (k e^{G_r − G})ᵀ`` factored through the chunk's middle row ``r`` when
   every ``|G − G_r| <= SPAN`` (30 nats: no factor or product overflows), else built column by
   column, every exponent spanning positions ``s..t`` only (exact for any decay; factoring through
-  the chunk's start overflows once a chunk decays by ~88 nats).
+  the chunk's start overflows once a chunk decays by ~88 nats). A scalar gate (``SCALAR``: one
+  number per token and head) needs neither: ``A = (q kᵀ) ⊙ exp(G_t − G_s)``.
 - ``linear_bwd_dh_kernel``: the reverse recurrence of the state gradients,
   ``dS ← diag(exp(G_C)) dS + (q ⊙ exp(G))ᵀ do``, storing the gradient leaving every chunk.
 - ``linear_bwd_dv_kernel``: per (chunk, head), dv from the state gradients and the intra-chunk
@@ -104,9 +105,39 @@ def _middle_offsets(b_G, o_t, BT: tl.constexpr):
 
 
 @triton.jit
-def _intra_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
+def _first_column(x, BK: tl.constexpr):
+    """Column 0 of a ``[BT, BK]`` tile (a scalar gate, broadcast over the key channels)."""
+    return tl.sum(tl.where((tl.arange(0, BK) == 0)[None, :], x, 0.0), axis=1)
+
+
+@triton.jit
+def _scalar_decay(b_G, o_t, BK: tl.constexpr, STRICT: tl.constexpr):
+    """``D [BT, BT]``: ``exp(G_t − G_s)`` for ``s <= t`` (``s < t`` with ``STRICT``), else 0, of a
+    scalar gate: each exponent a difference of two scalars, exact for any decay."""
+    b_gs = _first_column(b_G, BK)
+    if STRICT:
+        keep = o_t[:, None] > o_t[None, :]
+    else:
+        keep = o_t[:, None] >= o_t[None, :]
+    return tl.exp(tl.where(keep, b_gs[:, None] - b_gs[None, :], float("-inf")))
+
+
+@triton.jit
+def _intra_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr, BK: tl.constexpr, SCALAR: tl.constexpr):
     """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0
-    (float32 ``b_q``, ``b_k``)."""
+    (float32 ``b_q``, ``b_k``). ``SCALAR``: the gate is the same on every key channel (lightning,
+    Mamba2's SSD, a scalar ``g_gamma``): ``A = (q kᵀ) ⊙ D``, one product for any decay."""
+    if SCALAR:
+        b_A = tl.dot(b_q, tl.trans(b_k), input_precision="ieee") * _scalar_decay(b_G, o_t, BK, False)
+    else:
+        b_A = _gate_scores(b_q, b_k, b_G, o_t, BT)
+    return b_A
+
+
+@triton.jit
+def _gate_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
+    """:func:`_intra_scores` of a per-channel gate: factored through the middle row within
+    ``SPAN``, else column by column."""
     b_d, factored = _middle_offsets(b_G, o_t, BT)
     if factored:
         b_A = tl.dot(b_q * tl.exp(b_d), tl.trans(b_k * tl.exp(-b_d)), input_precision="ieee")
@@ -127,7 +158,7 @@ def linear_fwd_o_kernel(
     q, k, v, g, hs, cstart, cend, scale,
     o,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     # One program per (chunk, head): the intra-chunk scores are built once and applied to every
     # value tile in turn.
@@ -144,7 +175,7 @@ def linear_fwd_o_kernel(
     b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
     b_G = tl.cumsum(_load_rows(g, rows, m_t, H, i_h, o_k, m_k, K), axis=0)
     dt = v.dtype.element_ty
-    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT).to(dt)
+    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT, BK, SCALAR).to(dt)
     b_qg = (b_q * tl.exp(b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -196,7 +227,7 @@ def linear_bwd_dv_kernel(
     q, k, g, do, dhs, cstart, cend, scale,
     dv,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     """Per (chunk, head): ``dv = (k ⊙ exp(G_C − G)) dS_out + Aᵀ do`` (per query head), the
     intra-chunk scores ``A`` built once over the whole key dimension, the value tiles in turn."""
@@ -215,7 +246,7 @@ def linear_bwd_dv_kernel(
     b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
     b_G = tl.cumsum(b_g, axis=0)
     b_gl = tl.sum(b_g, axis=0)
-    b_At = tl.trans(_intra_scores(b_q, b_k, b_G, o_t, BT)).to(dt)
+    b_At = tl.trans(_intra_scores(b_q, b_k, b_G, o_t, BT, BK, SCALAR)).to(dt)
     b_kg = (b_k * tl.exp(b_gl[None, :] - b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -228,11 +259,33 @@ def linear_bwd_dv_kernel(
 
 
 @triton.jit
+def _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT: tl.constexpr, BK: tl.constexpr):
+    """The intra-chunk pairs ``s < t`` of a per-channel gate added to ``dq`` and returned as
+    ``dk``: factored through the middle row within ``SPAN``, else column by column."""
+    b_d, factored = _middle_offsets(b_G, o_t, BT)
+    if factored:  # see SPAN
+        b_dAs = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
+        b_dq += tl.exp(b_d) * tl.dot(b_dAs, b_kf * tl.exp(-b_d), input_precision="ieee")
+        b_dk = tl.exp(-b_d) * tl.dot(tl.trans(b_dAs), b_q * tl.exp(b_d), input_precision="ieee")
+    else:
+        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+        for j in range(BT):
+            b_kj = _row(b_kf, o_t, j)
+            b_gj = _row(b_G, o_t, j)
+            b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
+            b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
+            b_dq += b_dAj[:, None] * b_kj[None, :] * b_e
+            b_dkj = tl.sum(b_dAj[:, None] * b_q * b_e, axis=0)  # [BK]
+            b_dk += tl.where((o_t == j)[:, None], b_dkj[None, :], 0.0)
+    return b_dq, b_dk
+
+
+@triton.jit
 def linear_bwd_dqk_kernel(
     q, k, v, g, do, hs, dhs, cstart, cend, scale,
     dq, dk, dg,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     """Per (key tile, chunk, head): ``dq``, ``dk`` and the gate gradient of the key channels
     ``[i_k·BK, (i_k+1)·BK)``. Every term is per key channel except ``dA = do vᵀ``, which each key
@@ -282,21 +335,12 @@ def linear_bwd_dqk_kernel(
     b_dA = tl.where(o_t[:, None] >= o_t[None, :], b_dA, 0.0)
     # The intra part of dq and dk, pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to
     # both q·dq and k·dk, which cancel in the gate gradient; it joins dq and dk below, after dg.
-    b_d, factored = _middle_offsets(b_G, o_t, BT)
-    if factored:  # see SPAN
-        b_dAs = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
-        b_dq += tl.exp(b_d) * tl.dot(b_dAs, b_kf * tl.exp(-b_d), input_precision="ieee")
-        b_dk = tl.exp(-b_d) * tl.dot(tl.trans(b_dAs), b_q * tl.exp(b_d), input_precision="ieee")
+    if SCALAR:
+        b_dAD = b_dA * _scalar_decay(b_G, o_t, BK, True)
+        b_dq += tl.dot(b_dAD, b_kf, input_precision="ieee")
+        b_dk = tl.dot(tl.trans(b_dAD), b_q, input_precision="ieee")
     else:
-        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
-        for j in range(BT):
-            b_kj = _row(b_kf, o_t, j)
-            b_gj = _row(b_G, o_t, j)
-            b_e = tl.exp(tl.where((o_t >= j)[:, None], b_G - b_gj[None, :], float("-inf")))  # [BT, BK]
-            b_dAj = tl.sum(tl.where((o_t == j)[None, :] & (o_t > j)[:, None], b_dA, 0.0), axis=1)  # [BT]
-            b_dq += b_dAj[:, None] * b_kj[None, :] * b_e
-            b_dkj = tl.sum(b_dAj[:, None] * b_q * b_e, axis=0)  # [BK]
-            b_dk += tl.where((o_t == j)[:, None], b_dkj[None, :], 0.0)
+        b_dq, b_dk = _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT, BK)
     m_tk = m_t[:, None] & m_k[None, :]
     b_dg += tl.cumsum(b_q * b_dq - b_kf * b_dk, axis=0, reverse=True)
     p_dg = dg + (rows[:, None] * H + i_h) * K + o_k[None, :]

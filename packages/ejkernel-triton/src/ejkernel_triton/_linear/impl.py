@@ -13,7 +13,8 @@ from .._launch import availability
 # 30 nats of its middle row (``_kernel.SPAN``), so larger chunks halve the chunk states (the state
 # kernels' traffic) at little cost (H100, gla_attention B4 T4096 H16 D128 bf16, forward+backward:
 # 3.42 ms at 32-token chunks, 4.09 at 16; ``benchmarks/wave2_breakdown.py --only linear``); a
-# chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim). 64-column
+# chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim), except
+# under a scalar gate (one product for any decay: ``_call.Spec.scalar_gate``). 64-column
 # value tiles keep a [32, 64] output and a [64, 64] state tile in registers.
 CHUNK, BLOCK_V, WARPS, STAGES = 32, 64, 4, 2
 CHUNKS = (16, 32, 64)
