@@ -70,15 +70,13 @@ TGMM_CFGS = [
     (128, 128, 64, 8, 4, 2, False),
     (64, 256, 64, 4, 4, 1, False),
 ]
-# What each kernel is compared with: the dense matmul of the same FLOPs ([m, k] @ [k, n]).
-DENSE = True
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true", help="first three configs of each kernel")
-    p.add_argument("--only", help="indices into GMM_CFGS / TGMM_CFGS to run, e.g. 0,12,13 (after --quick)")
+    p.add_argument("--only", help="indices into GMM_CFGS / TGMM_CFGS to run, e.g. 0,5,6 (replaces --quick)")
     p.add_argument("--kernels", default="fwd,dlhs,tgmm", help="which kernels to sweep")
     p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES")
     p.add_argument("--shape", action="append", help="M,K,N,G,DIST (repeatable; replaces --shapes)")
@@ -108,11 +106,11 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
         rhs = (jax.random.normal(k2, (g, k, n), dt) / float(np.sqrt(k))).astype(dt)
         dout = jax.random.normal(k3, (m, n), dt)
         flops = 2.0 * m * k * n
-        if DENSE:
-            dense = looped(lambda a, b: a @ b, LOOP)
-            ms = time_callable(lambda dense=dense, a=lhs, b=rhs[0]: dense(a, b), 3) / LOOP
-            print(f"dense m{m} k{k} n{n}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:6.1f} TFLOP/s", flush=True)
-            recs.append(dict(shape=[m, k, n, g, dist], kernel="dense", ms=ms, tflops=flops / (ms * 1e-3) / 1e12))
+        # What each kernel is compared with: the dense matmul of the same FLOPs ([m, k] @ [k, n]).
+        dense = looped(lambda a, b: a @ b, LOOP)
+        ms = time_callable(lambda dense=dense, a=lhs, b=rhs[0]: dense(a, b), 3) / LOOP
+        print(f"dense m{m} k{k} n{n}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:6.1f} TFLOP/s", flush=True)
+        recs.append(dict(shape=[m, k, n, g, dist], kernel="dense", ms=ms, tflops=flops / (ms * 1e-3) / 1e12))
         for kernel, cfgs in (("fwd", GMM_CFGS), ("dlhs", GMM_CFGS), ("tgmm", TGMM_CFGS)):
             if kernel not in ns.kernels.split(","):
                 continue
