@@ -11,6 +11,10 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   input gradients (``bwd_inputs``: a dv kernel and a dq/dk/dg kernel per key tile), for 16-, 32-
   and 64-token chunks, 64- or 128-column value tiles and 4 or 8 warps; plus the whole op, forward
   and forward+backward.
+- ``linear_scalar``: the same kernels under a scalar gate (``[tokens, heads]``, one product for the
+  intra-chunk scores at any decay), as ``lightning_attention`` at layer 5 of 24 calls them.
+- ``delta`` (gated_delta_rule), B4 T4096 H16 D128 bf16: the JAX layout and intra-chunk WY
+  transform, the Triton inter-chunk kernels, the whole op; forward and forward+backward.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -125,6 +130,113 @@ def linear(rec: Recorder, tiny: bool) -> None:
         rec.time("linear", "gla_attention fwd+bwd", op_fb, (q, k, v, g, do), **tiles)
 
 
+def linear_scalar(rec: Recorder, tiny: bool) -> None:
+    """The same kernels under a scalar gate (``Spec.scalar_gate``: lightning, Mamba2's SSD):
+    ``lightning_attention`` (layer 5 of 24), whole op and per kernel, over chunk sizes and tiles."""
+    import ejkernel
+    from ejkernel.ops.lightning_attention import LightningAttentionConfig
+    from ejkernel_triton._linear import _call as L
+
+    b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
+    ks = jax.random.split(jax.random.key(0), 5)
+    q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
+    k = (jax.random.normal(ks[1], (b, t, h, d), jnp.float32) / np.sqrt(d)).astype(jnp.bfloat16)
+    v = jax.random.normal(ks[2], (b, t, h, d), jnp.bfloat16)
+    g = -jnp.broadcast_to(jnp.linspace(0.01, 5.9, h, dtype=jnp.float32), (b * t, h))
+    do = jax.random.normal(ks[4], (b, t, h, d), jnp.bfloat16)
+    qf, kf, vf, dof = (x.reshape(b * t, h, d) for x in (q, k, v, do))
+    h0 = jnp.zeros((b, h, d, d), jnp.float32)
+    cu = jnp.arange(b + 1, dtype=jnp.int32) * t
+    shape = f"b{b} t{t} h{h} d{d}"
+    for chunk, block_v, warps in ((32, 64, 4), (64, 64, 4), (64, 64, 8), (64, 128, 8), (32, 64, 8), (16, 64, 4)):
+        spec = L.Spec(
+            tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
+            head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=warps, stages=2,
+            scale=d**-0.5, varlen=False, scalar_gate=True,
+        )  # fmt: skip
+        choff, cstart, cend = L.chunk_tables(cu, spec)
+        tiles = {"shape": shape, "chunk": chunk, "block_v": block_v, "warps": warps, "gate": "scalar"}
+        hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, g, h0, cu, choff)
+        for what, fn, args in (
+            ("fwd_states", lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16), (kf, vf, g, h0, cu, choff)),
+            ("fwd_output", lambda *a, spec=spec: L.fwd_output(spec, *a), (qf, kf, vf, g, hs, cstart, cend)),
+            ("bwd_states", lambda *a, spec=spec: L.bwd_states(spec, *a), (qf, g, dof, h0, cu, choff)),
+            ("bwd_inputs", lambda *a, spec=spec: L.bwd_inputs(spec, *a), (qf, kf, vf, g, dof, hs, hs, cstart, cend)),
+        ):
+            rec.time("linear_scalar", what, fn, args, **tiles)
+        cfg = LightningAttentionConfig(chunk_size=chunk, block_v=block_v, num_warps=warps, num_stages=2)
+
+        def op(q, k, v, cfg=cfg):
+            return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton", cfg=cfg)
+
+        def op_fb(q, k, v, do, op=op):
+            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+            return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+        rec.time("linear_scalar", "lightning_attention fwd", op, (q, k, v), **tiles)
+        rec.time("linear_scalar", "lightning_attention fwd+bwd", op_fb, (q, k, v, do), **tiles)
+
+
+def delta(rec: Recorder, tiny: bool) -> None:
+    """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the JAX part (layout and the
+    intra-chunk WY transform, ``delta_rule_math``) and the Triton inter-chunk part, each forward
+    and forward+backward, and the whole op."""
+    import ejkernel
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta._call import triton_delta_rule
+
+    b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
+    ks = jax.random.split(jax.random.key(0), 6)
+    q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
+    k = jax.random.normal(ks[1], (b, t, h, d), jnp.bfloat16)
+    v = jax.random.normal(ks[2], (b, t, h, d), jnp.bfloat16)
+    beta = jax.nn.sigmoid(jax.random.normal(ks[3], (b, t, h), jnp.float32)).astype(jnp.bfloat16)
+    g = jax.nn.log_sigmoid(jax.random.normal(ks[4], (b, t, h), jnp.float32) + 4.0)
+    do = jax.random.normal(ks[5], (b, t, h, d), jnp.bfloat16)
+    shape = f"b{b} t{t} h{h} d{d}"
+
+    def chunks(q, k, v, beta, g):
+        return M.to_chunks(q, k, v, beta, g[..., None], None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64)
+
+    def intra(q, k, v, beta, g, precision=M.HIGHEST):
+        return M.intra_chunk(chunks(q, k, v, beta, g), precision)
+
+    x0 = jax.jit(intra)(q, k, v, beta, g)
+    cot = jax.tree.map(lambda a: jnp.ones_like(a) * 0.5, x0)
+
+    def intra_fb(q, k, v, beta, g, precision=M.HIGHEST):
+        loss = lambda *a: sum(jnp.sum(x * c) for x, c in zip(intra(*a, precision), cot, strict=True))  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
+
+    def inter(x):
+        c = chunks(q, k, v, beta, g)
+        return triton_delta_rule(c, x, jnp.dtype(jnp.bfloat16), block_v=32, num_warps=4, num_stages=2)
+
+    def inter_fb(x):
+        loss = lambda x: jnp.sum(inter(x)[0].astype(jnp.float32))  # noqa: E731
+        return jax.value_and_grad(loss)(x)
+
+    def op(q, k, v, g, beta):
+        return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
+
+    def op_fb(q, k, v, g, beta, do):
+        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+
+    f = {"shape": shape}
+    rec.time("delta", "to_chunks (layout)", lambda *a: tuple(chunks(*a))[:6], (q, k, v, beta, g), **f)
+    rec.time("delta", "to_chunks + intra_chunk fwd", intra, (q, k, v, beta, g), **f)
+    rec.time("delta", "to_chunks + intra_chunk fwd+bwd", intra_fb, (q, k, v, beta, g), **f)
+    tf32 = functools.partial(intra, precision=None)
+    rec.time("delta", "to_chunks + intra_chunk fwd (default precision)", tf32, (q, k, v, beta, g), **f)
+    tf32_fb = functools.partial(intra_fb, precision=None)
+    rec.time("delta", "to_chunks + intra_chunk fwd+bwd (default precision)", tf32_fb, (q, k, v, beta, g), **f)
+    rec.time("delta", "triton inter fwd", inter, (x0,), **f)
+    rec.time("delta", "triton inter fwd+bwd", inter_fb, (x0,), **f)
+    rec.time("delta", "gated_delta_rule fwd", op, (q, k, v, g, beta), **f)
+    rec.time("delta", "gated_delta_rule fwd+bwd", op_fb, (q, k, v, g, beta, do), **f)
+
+
 def ssm1(rec: Recorder, tiny: bool) -> None:
     from ejkernel.ops.state_space_v1.bench import ssm1_inputs
     from ejkernel_triton.state_space_v1 import _call as S
@@ -192,7 +304,9 @@ def main() -> None:
         ctx = interpreted()
     with ctx:
         for name in ns.only.split(","):
-            {"linear": linear, "ssm1": ssm1, "pool": pool}[name](rec, ns.tiny)
+            {"linear": linear, "linear_scalar": linear_scalar, "delta": delta, "ssm1": ssm1, "pool": pool}[name](
+                rec, ns.tiny
+            )
 
 
 if __name__ == "__main__":

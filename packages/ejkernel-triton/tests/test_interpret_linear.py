@@ -222,7 +222,8 @@ def test_factored_and_column_chunks_match_the_reference():
         np.testing.assert_allclose(np.asarray(a), b, atol=1e-4 * np.abs(b).max(), rtol=1e-4)
 
 
-def test_scalar_gates_take_the_scalar_path_for_any_decay():
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_scalar_gates_take_the_scalar_path_for_any_decay(chunk):
     """A per-head gate alone (``g_gamma``: lightning, Mamba2's SSD) builds its scores as
     ``(q kᵀ) ⊙ exp(G_t − G_s)`` (``Spec.scalar_gate``): exact for any decay, here from 0 to 40
     nats per token across the heads (factored per channel, 40 nats over half a chunk would
@@ -239,7 +240,7 @@ def test_scalar_gates_take_the_scalar_path_for_any_decay():
     h0 = jnp.asarray(rng.standard_normal((3, h, dk, dv)), jnp.float32)
     cu = jnp.asarray([0, 20, 20, t], jnp.int32)
     impl = kernel_registry.get("gla_attention", platform="triton")
-    cfg = op_class("gla_attention").config_cls(chunk_size=16, block_v=16, num_warps=4, num_stages=1)
+    cfg = op_class("gla_attention").config_cls(chunk_size=chunk, block_v=16, num_warps=4, num_stages=1)
     reference = op_class("gla_attention").get_reference()
     specs = []
     real_core = L._core
@@ -271,3 +272,23 @@ def test_scalar_gates_take_the_scalar_path_for_any_decay():
     for a, b in zip(gt, gr, strict=True):
         assert np.isfinite(np.asarray(a)).all()
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=1e-4)
+
+
+def test_the_heuristic_gives_scalar_gates_longer_chunks():
+    """64-token chunks for a gate that is one number per token and head (lightning, Mamba2's SSD,
+    ``g_gamma`` alone), 32 for a per-channel gate (whose scores cost more per chunk)."""
+    from ejkernel_triton._linear import impl as I
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((1, 8, 2, 16)), jnp.float32)
+    gamma = jnp.asarray([-0.1, -0.5], jnp.float32)
+    calls = {
+        "gla_attention": (C.bind("gla_attention", x, x, x, x), I.CHUNK),
+        "gla_attention g_gamma": (C.bind("gla_attention", x, x, x, None, gamma), I.SCALAR_CHUNK),
+        "lightning_attention": (C.bind("lightning_attention", x, x, x, layer_idx=1, num_layers=4), I.SCALAR_CHUNK),
+    }
+    for what, (args, chunk) in calls.items():
+        op = what.split()[0]
+        impl = kernel_registry.get(op, platform="triton")
+        assert impl.heuristic_cfg(args, GPU).chunk_size == chunk, what
+        assert {c.chunk_size for c in impl.candidate_cfgs(args, GPU)} >= {chunk}, what

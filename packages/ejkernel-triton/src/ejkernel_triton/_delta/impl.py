@@ -79,7 +79,10 @@ class TritonDeltaRule(KernelImpl):
                 args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
                 scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=cfg.chunk_size or CHUNK,
             )  # fmt: skip
-            intra = M.intra_chunk(c)
+            # 16-bit inputs: the intra-chunk products on TF32 tensor cores (finer than the
+            # inputs; the HIGHEST-precision float32 products made the JAX part ~3x the kernels').
+            precision = M.HIGHEST if jnp.dtype(args.value.dtype) == jnp.float32 else None
+            intra = M.intra_chunk(c, precision)
             o, final = triton_delta_rule(
                 c, intra, jnp.dtype(args.value.dtype),
                 block_v=cfg.block_v or BLOCK_V, num_warps=cfg.num_warps or NUM_WARPS,

@@ -2,8 +2,9 @@
 
 ``linear_attention(problem, chunk, block_v, warps, stages)`` computes a
 :class:`~ejkernel.ops.families.linear_attention.LinearProblem` (no value gate) and is
-differentiable in q, k, v, the key gate and the initial state. Scalar gates are broadcast over
-the key channels; ``reverse`` flips the rows (and mirrors ``cu_seqlens``) around the kernels.
+differentiable in q, k, v, the key gate and the initial state. A scalar gate alone (no key gate)
+reaches the kernels as ``[tokens, heads]`` (``Spec.scalar_gate``), with a key gate it is added to
+every key channel; ``reverse`` flips the rows (and mirrors ``cu_seqlens``) around the kernels.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ class Spec:
     # The state kernels' K and V tiles (at most): each program walks every chunk of its sequence
     # in turn, so smaller tiles trade bigger products for more programs running side by side.
     state_block: int = 64
-    # The gate is one number per token and head, broadcast over the key channels (no per-channel
-    # gate): the intra-chunk scores are (q kᵀ) ⊙ exp(G_t − G_s), one product for any decay.
+    # The gate is one number per token and head (``g`` is [tokens, heads], no per-channel gate):
+    # the intra-chunk scores are (q kᵀ) ⊙ exp(G_t − G_s), one product for any decay, and the gate's
+    # traffic is 1/K of a per-channel gate's.
     scalar_gate: bool = False
 
     @property
@@ -118,7 +120,7 @@ def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
         ],
         grid=(spec.num_seqs * H, _cdiv(K, bk), _cdiv(V, bv)),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_h",
-        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv),
+        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     return hs, ht
 
@@ -156,14 +158,14 @@ def bwd_states(spec: Spec, q, g, do, dht, cu, choff):
         ],
         grid=(spec.num_seqs * H, _cdiv(K, bk), _cdiv(V, bv)),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dh",
-        **spec.consts(BK=bk, BV=bv),
+        **spec.consts(BK=bk, BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     return dhs, dh0
 
 
 def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
-    """``dq, dk, dv, dg`` (float32; ``dk``, ``dv`` per query head): ``dv`` one program per (chunk,
-    head), the others one per (key tile, chunk, head)."""
+    """``dq, dk, dv, dg`` (float32; ``dk``, ``dv`` per query head; ``dg`` shaped as ``g``): ``dv``
+    one program per (chunk, head), the others one per (key tile, chunk, head)."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     bv = _tile(V, spec.block_v)
     (dv,) = launch(
@@ -174,13 +176,17 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
     bk = _tile(K, 64)
+    # A scalar gate's gradient: each key tile's share, summed here ([tokens, H, key tiles]).
+    dg_shape = (spec.tokens, H, _cdiv(K, bk)) if spec.scalar_gate else (spec.tokens, H, K)
     dq, dk, dg = launch(
         linear_bwd_dqk_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
-        out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, K), F32) for _ in range(3)],
+        out_shape=[jax.ShapeDtypeStruct(s, F32) for s in ((spec.tokens, H, K), (spec.tokens, H, K), dg_shape)],
         grid=(spec.n_chunks, _cdiv(K, bk), H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
         **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate),
     )  # fmt: skip
+    if spec.scalar_gate:
+        dg = dg.sum(-1)
     return dq, dk, dv, dg
 
 
@@ -221,9 +227,11 @@ def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, sta
         raise ValueError("the Triton linear attention has no value gate (gv)")
     b, t, h, dk = p.q.shape
     hk, dv = p.k.shape[2], p.v.shape[3]
-    g = jnp.zeros((b, t, h, dk), F32) if p.gk is None else p.gk.astype(F32)
-    if p.gs is not None:
-        g = g + p.gs.astype(F32)[..., None]
+    scalar = p.gk is None
+    if scalar:
+        g = jnp.zeros((b, t, h), F32) if p.gs is None else p.gs.astype(F32)
+    else:
+        g = p.gk.astype(F32) if p.gs is None else p.gk.astype(F32) + p.gs.astype(F32)[..., None]
     q, k, v, cu, h0 = p.q, p.k, p.v, p.cu_seqlens, p.initial_state
     varlen = cu is not None
     n_seqs = p.num_seqs
@@ -241,7 +249,7 @@ def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, sta
     spec = Spec(
         tokens=b * t, batch=b, seq=t, num_seqs=n_seqs, n_chunks=n_chunks, heads=h, kv_heads=hk, head_dim=dk,
         value_head_dim=dv, chunk=chunk, block_v=block_v, warps=warps, stages=stages, scale=float(p.scale),
-        varlen=varlen, scalar_gate=p.gk is None,
+        varlen=varlen, scalar_gate=scalar,
     )  # fmt: skip
     choff, cstart, cend = chunk_tables(cu, spec)
     flat = [x.reshape(b * t, *x.shape[2:]) for x in (q, k, v, g)]

@@ -3,8 +3,10 @@
 Tokens are ``[total_tokens, heads, dim]`` (batch rows or packed sequences back to back); chunk
 ``c`` covers rows ``[chunk_start[c], chunk_end[c])`` of one sequence (a sequence's chunks start at
 its first token, so no chunk crosses a boundary: varlen needs no padding). ``g`` is the float32
-log gate per key channel (scalar gates arrive broadcast). Within a chunk ``G`` is its inclusive
-cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total.
+log gate per key channel, ``[tokens, heads, K]``, or with ``SCALAR`` one per token and head,
+``[tokens, heads]`` (lightning, Mamba2's SSD, ``g_gamma``: loaded as a ``[BT, 1]`` column that
+broadcasts over the key channels, and its gradient reduced in the kernel). Within a chunk ``G``
+is its inclusive cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` the chunk's total.
 
 - ``linear_fwd_h_kernel``: per (sequence, head, K tile, V tile), the chunk-state recurrence
   ``S ← diag(exp(G_C)) S + (k ⊙ exp(G_C − G))ᵀ v``, storing the state entering every chunk.
@@ -42,6 +44,24 @@ def _load_rows(ptr, rows, m_rows, heads, head, cols, m_cols, DIM: tl.constexpr):
 
 
 @triton.jit
+def _gate_sums(g, rows, m_t, heads, head, cols, m_cols, DIM: tl.constexpr, SCALAR: tl.constexpr):
+    """The chunk's cumulative log gate ``G [BT, BK]`` and its total ``G_C [BK]`` from a
+    ``[tokens, heads, DIM]`` float32 gate; with ``SCALAR`` (one gate per token and head, a
+    ``[tokens, heads]`` tensor) ``G [BT, 1]`` and ``G_C [1]``, which broadcast over the key
+    channels wherever the per-channel ones are read. (The scan runs on the 1-D gate: Triton 3.6
+    fails to lower a ``tl.cumsum`` over a ``[BT, 1]`` tile for sm_90.)"""
+    if SCALAR:
+        b_g = tl.load(g + rows * heads + head, mask=m_t, other=0.0)
+        b_G = tl.cumsum(b_g, axis=0)[:, None]
+        b_gl = tl.sum(b_g[:, None], axis=0)
+    else:
+        b_g = _load_rows(g, rows, m_t, heads, head, cols, m_cols, DIM)
+        b_G = tl.cumsum(b_g, axis=0)
+        b_gl = tl.sum(b_g, axis=0)
+    return b_G, b_gl
+
+
+@triton.jit
 def _state_ptrs(ptr, index, head, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, o_k, o_v):
     """Pointers of a ``[BK, BV]`` tile of state ``index`` of a ``[n, H, K, V]`` tensor."""
     return ptr + ((index * H + head) * K + o_k[:, None]).to(tl.int64) * V + o_v[None, :]
@@ -58,7 +78,7 @@ def linear_fwd_h_kernel(
     k, v, g, h0, cu, choff,
     hs, ht,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     i_nh, i_k, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
@@ -79,9 +99,7 @@ def linear_fwd_h_kernel(
         m_t = rows < eos
         b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)  # [BT, BK]
         b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
-        b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)  # [BT, BK] float32
-        b_G = tl.cumsum(b_g, axis=0)
-        b_gl = tl.sum(b_g, axis=0)  # [BK]
+        b_G, b_gl = _gate_sums(g, rows, m_t, H, i_h, o_k, m_k, K, SCALAR)  # [BT, BK], [BK] float32
         b_kg = (b_k.to(tl.float32) * tl.exp(b_gl[None, :] - b_G)).to(b_v.dtype)
         b_h = b_h * tl.exp(b_gl)[:, None] + tl.dot(tl.trans(b_kg), b_v, input_precision=PREC)
     tl.store(_state_ptrs(ht, i_n, i_h, H, K, V, o_k, o_v), b_h, mask=m_kv)
@@ -105,39 +123,29 @@ def _middle_offsets(b_G, o_t, BT: tl.constexpr):
 
 
 @triton.jit
-def _first_column(x, BK: tl.constexpr):
-    """Column 0 of a ``[BT, BK]`` tile (a scalar gate, broadcast over the key channels)."""
-    return tl.sum(tl.where((tl.arange(0, BK) == 0)[None, :], x, 0.0), axis=1)
-
-
-@triton.jit
-def _scalar_decay(b_G, o_t, BK: tl.constexpr, STRICT: tl.constexpr):
+def _scalar_decay(b_G, o_t, STRICT: tl.constexpr, TRANS: tl.constexpr):
     """``D [BT, BT]``: ``exp(G_t − G_s)`` for ``s <= t`` (``s < t`` with ``STRICT``), else 0, of a
-    scalar gate: each exponent a difference of two scalars, exact for any decay."""
-    b_gs = _first_column(b_G, BK)
+    scalar gate (``b_G [BT, 1]``): each exponent a difference of two scalars, exact for any decay.
+    ``TRANS``: ``Dᵀ`` (row ``s``, column ``t``)."""
+    b_gs = tl.sum(b_G, axis=1)
+    if TRANS:
+        b_gt, b_gs = b_gs[None, :], b_gs[:, None]
+        o_r, o_c = o_t[None, :], o_t[:, None]
+    else:
+        b_gt, b_gs = b_gs[:, None], b_gs[None, :]
+        o_r, o_c = o_t[:, None], o_t[None, :]
     if STRICT:
-        keep = o_t[:, None] > o_t[None, :]
+        keep = o_r > o_c
     else:
-        keep = o_t[:, None] >= o_t[None, :]
-    return tl.exp(tl.where(keep, b_gs[:, None] - b_gs[None, :], float("-inf")))
-
-
-@triton.jit
-def _intra_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr, BK: tl.constexpr, SCALAR: tl.constexpr):
-    """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0
-    (float32 ``b_q``, ``b_k``). ``SCALAR``: the gate is the same on every key channel (lightning,
-    Mamba2's SSD, a scalar ``g_gamma``): ``A = (q kᵀ) ⊙ D``, one product for any decay."""
-    if SCALAR:
-        b_A = tl.dot(b_q, tl.trans(b_k), input_precision="ieee") * _scalar_decay(b_G, o_t, BK, False)
-    else:
-        b_A = _gate_scores(b_q, b_k, b_G, o_t, BT)
-    return b_A
+        keep = o_r >= o_c
+    return tl.exp(tl.where(keep, b_gt - b_gs, float("-inf")))
 
 
 @triton.jit
 def _gate_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
-    """:func:`_intra_scores` of a per-channel gate: factored through the middle row within
-    ``SPAN``, else column by column."""
+    """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0
+    (float32 ``b_q``, ``b_k``), of a per-channel gate: factored through the middle row within
+    ``SPAN``, else column by column. (A scalar gate needs neither: ``A = (q kᵀ) ⊙ D``.)"""
     b_d, factored = _middle_offsets(b_G, o_t, BT)
     if factored:
         b_A = tl.dot(b_q * tl.exp(b_d), tl.trans(b_k * tl.exp(-b_d)), input_precision="ieee")
@@ -171,18 +179,27 @@ def linear_fwd_o_kernel(
     m_k = o_k < K
     rows = t0 + o_t
     m_t = rows < t1
-    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
-    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
-    b_G = tl.cumsum(_load_rows(g, rows, m_t, H, i_h, o_k, m_k, K), axis=0)
+    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K)  # [BT, BK]
+    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)
+    b_G, _ = _gate_sums(g, rows, m_t, H, i_h, o_k, m_k, K, SCALAR)
     dt = v.dtype.element_ty
-    b_A = _intra_scores(b_q, b_k, b_G, o_t, BT, BK, SCALAR).to(dt)
-    b_qg = (b_q * tl.exp(b_G)).to(dt)
+    if SCALAR:  # A = (q kᵀ) ⊙ D (the inputs' dtype, float32 accumulation); the gate scales rows
+        b_A = tl.dot(b_q.to(dt), tl.trans(b_k.to(dt)), input_precision=PREC)
+        b_A = (b_A * (scale * _scalar_decay(b_G, o_t, False, False))).to(dt)
+        b_qg = b_q.to(dt)
+        b_rs = scale * tl.exp(b_G)  # [BT, 1]
+    else:
+        b_qf = b_q.to(tl.float32) * scale
+        b_A = _gate_scores(b_qf, b_k.to(tl.float32), b_G, o_t, BT).to(dt)
+        b_qg = (b_qf * tl.exp(b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
         b_v = _load_rows(v, rows, m_t, HKV, i_hk, o_v, m_v, V)  # [BT, BV]
         b_h = tl.load(_state_ptrs(hs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
         b_o = tl.dot(b_qg, b_h.to(dt), input_precision=PREC)
+        if SCALAR:
+            b_o = b_o * b_rs
         b_o += tl.dot(b_A, b_v.to(dt), input_precision=PREC)
         p_o = o + (rows[:, None] * H + i_h) * V + o_v[None, :]
         tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
@@ -193,7 +210,7 @@ def linear_bwd_dh_kernel(
     q, g, do, dht, cu, choff, scale,
     dhs, dh0,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     i_nh, i_k, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
@@ -213,10 +230,8 @@ def linear_bwd_dh_kernel(
         rows = bos + ic * BT + o_t
         m_t = rows < eos
         b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale
-        b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
+        b_G, b_gl = _gate_sums(g, rows, m_t, H, i_h, o_k, m_k, K, SCALAR)
         b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V)  # [BT, BV]
-        b_G = tl.cumsum(b_g, axis=0)
-        b_gl = tl.sum(b_g, axis=0)
         b_qg = (b_q * tl.exp(b_G)).to(b_do.dtype)
         b_dh = b_dh * tl.exp(b_gl)[:, None] + tl.dot(tl.trans(b_qg), b_do, input_precision=PREC)
     tl.store(_state_ptrs(dh0, i_n, i_h, H, K, V, o_k, o_v), b_dh, mask=m_kv)
@@ -241,19 +256,28 @@ def linear_bwd_dv_kernel(
     rows = t0 + o_t
     m_t = rows < t1
     dt = k.dtype.element_ty
-    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
-    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K).to(tl.float32)
-    b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
-    b_G = tl.cumsum(b_g, axis=0)
-    b_gl = tl.sum(b_g, axis=0)
-    b_At = tl.trans(_intra_scores(b_q, b_k, b_G, o_t, BT, BK, SCALAR)).to(dt)
-    b_kg = (b_k * tl.exp(b_gl[None, :] - b_G)).to(dt)
+    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K)  # [BT, BK]
+    b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)
+    b_G, b_gl = _gate_sums(g, rows, m_t, H, i_h, o_k, m_k, K, SCALAR)
+    if SCALAR:  # Aᵀ = (k qᵀ) ⊙ Dᵀ (the inputs' dtype, float32 accumulation); the gate scales rows
+        b_At = tl.dot(b_k.to(dt), tl.trans(b_q.to(dt)), input_precision=PREC)
+        b_At = (b_At * (scale * _scalar_decay(b_G, o_t, False, True))).to(dt)
+        b_kg = b_k.to(dt)
+        b_rs = tl.exp(b_gl[None, :] - b_G)  # [BT, 1]
+    else:
+        b_qf = b_q.to(tl.float32) * scale
+        b_kf = b_k.to(tl.float32)
+        b_At = tl.trans(_gate_scores(b_qf, b_kf, b_G, o_t, BT)).to(dt)
+        b_kg = (b_kf * tl.exp(b_gl[None, :] - b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
         b_do = _load_rows(do, rows, m_t, H, i_h, o_v, m_v, V).to(dt)
         b_dh = tl.load(_state_ptrs(dhs, i_c, i_h, H, K, V, o_k, o_v), mask=m_k[:, None] & m_v[None, :], other=0.0)
-        b_dv = tl.dot(b_kg, b_dh.to(dt), input_precision=PREC) + tl.dot(b_At, b_do, input_precision=PREC)
+        b_dv = tl.dot(b_kg, b_dh.to(dt), input_precision=PREC)
+        if SCALAR:
+            b_dv = b_dv * b_rs
+        b_dv += tl.dot(b_At, b_do, input_precision=PREC)
         p_dv = dv + (rows[:, None] * H + i_h) * V + o_v[None, :]
         tl.store(p_dv, b_dv.to(dv.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
 
@@ -300,11 +324,10 @@ def linear_bwd_dqk_kernel(
     m_k = o_k < K
     rows = t0 + o_t
     m_t = rows < t1
-    b_q = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K).to(tl.float32) * scale  # [BT, BK]
+    b_qn = _load_rows(q, rows, m_t, H, i_h, o_k, m_k, K)  # [BT, BK]
+    b_q = b_qn.to(tl.float32) * scale
     b_k = _load_rows(k, rows, m_t, HKV, i_hk, o_k, m_k, K)
-    b_g = _load_rows(g, rows, m_t, H, i_h, o_k, m_k, K)
-    b_G = tl.cumsum(b_g, axis=0)
-    b_gl = tl.sum(b_g, axis=0)
+    b_G, b_gl = _gate_sums(g, rows, m_t, H, i_h, o_k, m_k, K, SCALAR)
     dt = b_k.dtype
     b_dA = tl.zeros([BT, BT], dtype=tl.float32)
     b_dq = tl.zeros([BT, BK], dtype=tl.float32)
@@ -330,21 +353,32 @@ def linear_bwd_dqk_kernel(
     #         state), less Σ_{s>=u} k_s·dk_s^intra (intra pairs with both ends after u);
     # (c)     keys s < u of the chunk reaching past it: Σ_{s<u} k_s·dk_s^out;
     # (d)     the entering state reaching past it: exp(G_C) Σ_j S_in ⊙ dS_out.
-    b_kdo = b_kf * b_dko
-    b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + (tl.exp(b_gl) * b_hdh)[None, :]
+    # A scalar gate's gradient is the sum of these over the key channels: summed first, so no
+    # [BT, BK] gradient tile stays live through the intra products.
+    if SCALAR:
+        b_kdo = tl.sum(b_kf * b_dko, axis=1)  # [BT]
+        b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + tl.sum(tl.exp(b_gl) * b_hdh, axis=0)
+    else:
+        b_kdo = b_kf * b_dko
+        b_dg = tl.cumsum(b_kdo, axis=0) - b_kdo + (tl.exp(b_gl) * b_hdh)[None, :]
     b_dA = tl.where(o_t[:, None] >= o_t[None, :], b_dA, 0.0)
     # The intra part of dq and dk, pairs s < t only: the diagonal (s = t) adds q_t k_t dA_tt to
     # both q·dq and k·dk, which cancel in the gate gradient; it joins dq and dk below, after dg.
-    if SCALAR:
-        b_dAD = b_dA * _scalar_decay(b_G, o_t, BK, True)
-        b_dq += tl.dot(b_dAD, b_kf, input_precision="ieee")
-        b_dk = tl.dot(tl.trans(b_dAD), b_q, input_precision="ieee")
+    if SCALAR:  # products in the inputs' dtype (float32 accumulation), as the forward's
+        b_dAD = (b_dA * _scalar_decay(b_G, o_t, True, False)).to(dt)
+        b_dq += tl.dot(b_dAD, b_k, input_precision=PREC)
+        b_dk = tl.dot(tl.trans(b_dAD), b_qn.to(dt), input_precision=PREC) * scale
     else:
         b_dq, b_dk = _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT, BK)
     m_tk = m_t[:, None] & m_k[None, :]
-    b_dg += tl.cumsum(b_q * b_dq - b_kf * b_dk, axis=0, reverse=True)
-    p_dg = dg + (rows[:, None] * H + i_h) * K + o_k[None, :]
-    tl.store(p_dg, b_dg, mask=m_tk)
+    if SCALAR:  # one gate per token and head: this key tile's share, [tokens, H, cdiv(K, BK)]
+        b_dg += tl.cumsum(tl.sum(b_q * b_dq - b_kf * b_dk, axis=1), axis=0, reverse=True)
+        p_dg = dg + (rows * H + i_h) * tl.cdiv(K, BK) + i_k
+        tl.store(p_dg, b_dg, mask=m_t)
+    else:
+        b_dg += tl.cumsum(b_q * b_dq - b_kf * b_dk, axis=0, reverse=True)
+        p_dg = dg + (rows[:, None] * H + i_h) * K + o_k[None, :]
+        tl.store(p_dg, b_dg, mask=m_tk)
     b_dAd = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)  # [BT]
     b_dq += b_dAd[:, None] * b_kf
     b_dk += b_dAd[:, None] * b_q + b_dko

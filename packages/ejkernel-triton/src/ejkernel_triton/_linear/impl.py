@@ -13,10 +13,14 @@ from .._launch import availability
 # 30 nats of its middle row (``_kernel.SPAN``), so larger chunks halve the chunk states (the state
 # kernels' traffic) at little cost (H100, gla_attention B4 T4096 H16 D128 bf16, forward+backward:
 # 3.42 ms at 32-token chunks, 4.09 at 16; ``benchmarks/wave2_breakdown.py --only linear``); a
-# chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim), except
-# under a scalar gate (one product for any decay: ``_call.Spec.scalar_gate``). 64-column
+# chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim). 64-column
 # value tiles keep a [32, 64] output and a [64, 64] state tile in registers.
 CHUNK, BLOCK_V, WARPS, STAGES = 32, 64, 4, 2
+# A scalar gate (``_call.Spec.scalar_gate``: one product for the scores at any decay, in the
+# inputs' dtype) takes 64-token chunks: H200, lightning_attention B4 T4096 H16 D128 bf16,
+# forward+backward 1.274 ms at (64, 64, 4 warps), 1.658 at (32, 64, 4), 1.476 at (64, 64, 8)
+# (``benchmarks/wave2_breakdown.py --only linear_scalar``).
+SCALAR_CHUNK = 64
 CHUNKS = (16, 32, 64)
 
 
@@ -39,14 +43,22 @@ class TritonLinearAttention:
     def _cfg_cls(self) -> Any:
         return get_op(self.op_name).config_cls  # type: ignore[attr-defined]
 
+    @staticmethod
+    def scalar_gate(args: Any) -> bool:
+        """Whether the call's gate is one number per token and head: no per-key-channel gate
+        (``g``/``gk``) among its arguments (lightning's slopes, Mamba2's ``A·dt``, ``g_gamma``)."""
+        return all(getattr(args, name, None) is None for name in ("g", "gk"))
+
     def heuristic_cfg(self, args: Any, device: DeviceInfo) -> Any:
-        return self._cfg_cls()(chunk_size=CHUNK, block_v=BLOCK_V, num_warps=WARPS, num_stages=STAGES)
+        chunk = SCALAR_CHUNK if self.scalar_gate(args) else CHUNK
+        return self._cfg_cls()(chunk_size=chunk, block_v=BLOCK_V, num_warps=WARPS, num_stages=STAGES)
 
     def candidate_cfgs(self, args: Any, device: DeviceInfo) -> list[Any]:
         cls = self._cfg_cls()
+        chunks = (32, 64) if self.scalar_gate(args) else (16, 32)
         return [
             cls(chunk_size=c, block_v=bv, num_warps=w, num_stages=STAGES)
-            for c in (16, 32)
+            for c in chunks
             for bv in (32, 64, 128)
             for w in (4, 8)
         ]

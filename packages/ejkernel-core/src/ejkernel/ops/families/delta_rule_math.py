@@ -99,7 +99,7 @@ def to_chunks(
 SUB = 16  # rows of the sub-blocks whose pairwise decays are computed exactly (per-channel gates)
 
 
-def _pair(x: Any, y: Any, gam: Any, mask: Any) -> Any:
+def _pair(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST) -> Any:
     """``M[i, j] = Σ_d x_i[d] y_j[d] exp(γ_i[d] - γ_j[d])`` where ``mask`` (else 0): ``[..., C, C]``.
 
     Per-channel gates (fla's KDA intra-chunk scheme): pairs in different ``SUB``-row sub-blocks
@@ -108,12 +108,12 @@ def _pair(x: Any, y: Any, gam: Any, mask: Any) -> Any:
     pairs inside a diagonal sub-block take the exact per-pair decay (masked before ``exp``).
     """
     if gam is None:
-        return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=HIGHEST), 0.0)
+        return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=precision), 0.0)
     size = x.shape[-2]
     if gam.shape[-1] == 1:
         diff = gam[..., :, None, 0] - gam[..., None, :, 0]
         decay = jnp.exp(jnp.where(mask, diff, 0.0))
-        return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=HIGHEST) * decay, 0.0)
+        return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=precision) * decay, 0.0)
     sub = min(SUB, size)
     nb = size // sub
     lead = x.shape[:-2]
@@ -133,20 +133,22 @@ def _pair(x: Any, y: Any, gam: Any, mask: Any) -> Any:
     before = blk[None, :] < jnp.arange(nb)[:, None]  # [nb, C]: column j lies in an earlier block
     e = jnp.where(before[..., None], ref - gam[..., None, :, :], 0.0)  # [..., nb, C, K]
     ys = jnp.where(before[..., None], y[..., None, :, :] * jnp.exp(e), 0.0)
-    off = jnp.einsum("...bsk,...bjk->...bsj", xs, ys, precision=HIGHEST).reshape(*lead, size, size)
+    off = jnp.einsum("...bsk,...bjk->...bsj", xs, ys, precision=precision).reshape(*lead, size, size)
     eye = jnp.eye(nb, dtype=diag.dtype)
     block_diag = (diag[..., :, :, None, :] * eye[:, None, :, None]).reshape(*lead, size, size)
     full = off + block_diag
     return jnp.where(mask, full, 0.0)
 
 
-def intra_chunk(c: Chunks) -> Intra:
-    """Step 2 of the module docstring, parallel over every chunk."""
+def intra_chunk(c: Chunks, precision: Any = HIGHEST) -> Intra:
+    """Step 2 of the module docstring, parallel over every chunk. ``precision`` of its products
+    (float32 operands): ``HIGHEST`` by default; a GPU backend with 16-bit inputs may pass
+    ``None`` (TF32 tensor cores, 10 mantissa bits: still finer than the inputs')."""
     size = c.k.shape[-2]
     i = jnp.arange(size)
     strict, causal = i[:, None] > i[None, :], i[:, None] >= i[None, :]
     gam = jnp.cumsum(c.g, axis=-2) if c.g is not None else None
-    a = _pair(c.k, c.k, gam, strict) * c.beta[..., :, None]
+    a = _pair(c.k, c.k, gam, strict, precision) * c.beta[..., :, None]
     eye = jnp.eye(size, dtype=a.dtype)
     tmat = jax.lax.linalg.triangular_solve(
         eye + a, jnp.broadcast_to(eye * c.beta[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
@@ -160,9 +162,9 @@ def intra_chunk(c: Chunks) -> Intra:
         qg = c.q * jnp.exp(gam)
         kg = c.k * jnp.exp(last - gam)
         glast = jnp.exp(last[..., 0, :])
-    w = jnp.einsum("...ij,...jk->...ik", tmat, kd, precision=HIGHEST)
-    u = jnp.einsum("...ij,...jv->...iv", tmat, c.v, precision=HIGHEST)
-    aqk = _pair(c.q, c.k, gam, causal)
+    w = jnp.einsum("...ij,...jk->...ik", tmat, kd, precision=precision)
+    u = jnp.einsum("...ij,...jv->...iv", tmat, c.v, precision=precision)
+    aqk = _pair(c.q, c.k, gam, causal, precision)
     return Intra(w, u, aqk, qg, kg, glast)
 
 
