@@ -108,3 +108,10 @@ if [[ $steps == *" table "* && -s "$out/bench.jsonl" ]]; then
   cat "$out/bench_table.txt"
 fi
 echo "total $(( $(date +%s) - t_start )) s" | tee -a "$out/steps.txt"
+# The device tool returns only the first few files of $OUT (a call of this script wrote 13 and got
+# 8 back, fla-autotune.tgz lost): keep the records and bundle every other file into logs.tgz
+# (BUNDLE_LOGS=0 keeps them as they are).
+if [[ ${BUNDLE_LOGS:-1} == 1 ]]; then
+  keep='^(bench\.jsonl|bench\.json|bench_table\.txt|steps\.txt|fla-autotune\.tgz|conformance_linear_delta\.txt|logs\.tgz)$'
+  (cd "$out" && ls | grep -vE "$keep" > .bundle.lst; if [[ -s .bundle.lst ]]; then tar czf logs.tgz -T .bundle.lst && xargs rm -f < .bundle.lst; fi; rm -f .bundle.lst)
+fi
