@@ -63,30 +63,41 @@ class Recorder:
             f.write(line + "\n")
 
 
-def linear(rec: Recorder, tiny: bool) -> None:
-    import ejkernel
-    from ejkernel.ops.gla_attention import GLAttentionConfig
-    from ejkernel_triton._linear import _call as L
-
+def _linear_case(tiny: bool) -> tuple[Any, ...]:
+    """``(b, t, h, d, q, k, v, do, h0, cu)`` of the linear sections: bf16 inputs, zero states,
+    equal-length rows."""
     b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
     ks = jax.random.split(jax.random.key(0), 5)
     q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
     k = (jax.random.normal(ks[1], (b, t, h, d), jnp.float32) / np.sqrt(d)).astype(jnp.bfloat16)
     v = jax.random.normal(ks[2], (b, t, h, d), jnp.bfloat16)
-    g = jax.nn.log_sigmoid(jax.random.normal(ks[3], (b, t, h, d), jnp.float32) + 3.0) / 16
     do = jax.random.normal(ks[4], (b, t, h, d), jnp.bfloat16)
-    flat = [x.reshape(b * t, h, d) for x in (q, k, v, g, do)]
-    qf, kf, vf, gf, dof = flat
     h0 = jnp.zeros((b, h, d, d), jnp.float32)
     cu = jnp.arange(b + 1, dtype=jnp.int32) * t
+    return b, t, h, d, q, k, v, do, h0, cu
+
+
+def _linear_spec(L: Any, b: int, t: int, h: int, d: int, chunk: int, block_v: int, warps: int, **kw: Any) -> Any:
+    """``_linear._call.Spec`` of ``b`` rows of ``t`` tokens (``kw``: the gate kind, precisions)."""
+    return L.Spec(
+        tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
+        head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=warps, stages=2,
+        scale=d**-0.5, varlen=False, **kw,
+    )  # fmt: skip
+
+
+def linear(rec: Recorder, tiny: bool) -> None:
+    import ejkernel
+    from ejkernel.ops.gla_attention import GLAttentionConfig
+    from ejkernel_triton._linear import _call as L
+
+    b, t, h, d, q, k, v, do, h0, cu = _linear_case(tiny)
+    g = jax.nn.log_sigmoid(jax.random.normal(jax.random.key(3), (b, t, h, d), jnp.float32) + 3.0) / 16
+    qf, kf, vf, gf, dof = (x.reshape(b * t, h, d) for x in (q, k, v, g, do))
     shape = f"b{b} t{t} h{h} d{d}"
     # (chunk, value tile, warps): the heuristic's first.
     for chunk, block_v, warps in ((32, 64, 4), (16, 64, 4), (32, 64, 8), (32, 128, 8), (64, 64, 8), (16, 128, 4)):
-        spec = L.Spec(
-            tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
-            head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=warps, stages=2,
-            scale=d**-0.5, varlen=False,
-        )  # fmt: skip
+        spec = _linear_spec(L, b, t, h, d, chunk, block_v, warps)
         choff, cstart, cend = L.chunk_tables(cu, spec)
         tiles = {"shape": shape, "chunk": chunk, "block_v": block_v, "warps": warps}
         hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, gf, h0, cu, choff)
@@ -137,23 +148,12 @@ def linear_scalar(rec: Recorder, tiny: bool) -> None:
     from ejkernel.ops.lightning_attention import LightningAttentionConfig
     from ejkernel_triton._linear import _call as L
 
-    b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
-    ks = jax.random.split(jax.random.key(0), 5)
-    q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
-    k = (jax.random.normal(ks[1], (b, t, h, d), jnp.float32) / np.sqrt(d)).astype(jnp.bfloat16)
-    v = jax.random.normal(ks[2], (b, t, h, d), jnp.bfloat16)
+    b, t, h, d, q, k, v, do, h0, cu = _linear_case(tiny)
     g = -jnp.broadcast_to(jnp.linspace(0.01, 5.9, h, dtype=jnp.float32), (b * t, h))
-    do = jax.random.normal(ks[4], (b, t, h, d), jnp.bfloat16)
     qf, kf, vf, dof = (x.reshape(b * t, h, d) for x in (q, k, v, do))
-    h0 = jnp.zeros((b, h, d, d), jnp.float32)
-    cu = jnp.arange(b + 1, dtype=jnp.int32) * t
     shape = f"b{b} t{t} h{h} d{d}"
     for chunk, block_v, warps in ((32, 64, 4), (64, 64, 4), (64, 64, 8), (64, 128, 8), (32, 64, 8), (16, 64, 4)):
-        spec = L.Spec(
-            tokens=b * t, batch=b, seq=t, num_seqs=b, n_chunks=b * -(-t // chunk), heads=h, kv_heads=h,
-            head_dim=d, value_head_dim=d, chunk=chunk, block_v=block_v, warps=warps, stages=2,
-            scale=d**-0.5, varlen=False, scalar_gate=True,
-        )  # fmt: skip
+        spec = _linear_spec(L, b, t, h, d, chunk, block_v, warps, scalar_gate=True)
         choff, cstart, cend = L.chunk_tables(cu, spec)
         tiles = {"shape": shape, "chunk": chunk, "block_v": block_v, "warps": warps, "gate": "scalar"}
         hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, g, h0, cu, choff)
