@@ -97,7 +97,7 @@ def linear(rec: Recorder, tiny: bool) -> None:
     shape = f"b{b} t{t} h{h} d{d}"
     # (chunk, value tile, warps): the heuristic's first.
     for chunk, block_v, warps in ((32, 64, 4), (16, 64, 4), (32, 64, 8), (32, 128, 8), (64, 64, 8), (16, 128, 4)):
-        spec = _linear_spec(L, b, t, h, d, chunk, block_v, warps)
+        spec = _linear_spec(L, b, t, h, d, chunk, block_v, warps, factor_prec="tf32")
         choff, cstart, cend = L.chunk_tables(cu, spec)
         tiles = {"shape": shape, "chunk": chunk, "block_v": block_v, "warps": warps}
         hs, _ = jax.jit(lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16))(kf, vf, gf, h0, cu, choff)

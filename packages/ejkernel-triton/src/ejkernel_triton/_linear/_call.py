@@ -72,6 +72,10 @@ class Spec:
     # the intra-chunk scores are (q kᵀ) ⊙ exp(G_t − G_s), one product for any decay, and the gate's
     # traffic is 1/K of a per-channel gate's.
     scalar_gate: bool = False
+    # The factored intra-chunk products' operands of a per-channel gate (``_kernel._fdot``): "ieee"
+    # (float32 inputs) or "tf32" (16-bit inputs: tensor cores; "bf16" operands ran 20% faster on
+    # gla but failed recurrent_attention's gk-gamma-gqa-bfloat16 tolerance on an H200).
+    factor_prec: str = "ieee"
 
     @property
     def prec(self) -> str:
@@ -134,7 +138,7 @@ def fwd_output(spec: Spec, q, k, v, g, hs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), q.dtype)],
         grid=(spec.n_chunks, H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_fwd_o",
-        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o, SCALAR=spec.scalar_gate),
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv_o, SCALAR=spec.scalar_gate, FPREC=spec.factor_prec),
     )  # fmt: skip
     return o
 
@@ -173,7 +177,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), F32)],
         grid=(spec.n_chunks, H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dv",
-        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv, SCALAR=spec.scalar_gate),
+        **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv, SCALAR=spec.scalar_gate, FPREC=spec.factor_prec),
     )  # fmt: skip
     bk = _tile(K, 64)
     # A scalar gate's gradient: each key tile's share, summed here ([tokens, H, key tiles]).
@@ -183,7 +187,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         out_shape=[jax.ShapeDtypeStruct(s, F32) for s in ((spec.tokens, H, K), (spec.tokens, H, K), dg_shape)],
         grid=(spec.n_chunks, _cdiv(K, bk), H),
         num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
-        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate),
+        **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate, FPREC=spec.factor_prec),
     )  # fmt: skip
     if spec.scalar_gate:
         dg = dg.sum(-1)
@@ -250,6 +254,7 @@ def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, sta
         tokens=b * t, batch=b, seq=t, num_seqs=n_seqs, n_chunks=n_chunks, heads=h, kv_heads=hk, head_dim=dk,
         value_head_dim=dv, chunk=chunk, block_v=block_v, warps=warps, stages=stages, scale=float(p.scale),
         varlen=varlen, scalar_gate=scalar,
+        factor_prec={"bfloat16": "tf32", "float16": "tf32"}.get(jnp.dtype(q.dtype).name, "ieee"),
     )  # fmt: skip
     choff, cstart, cend = chunk_tables(cu, spec)
     flat = [x.reshape(b * t, *x.shape[2:]) for x in (q, k, v, g)]

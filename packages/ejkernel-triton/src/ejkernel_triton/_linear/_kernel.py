@@ -142,13 +142,25 @@ def _scalar_decay(b_G, o_t, STRICT: tl.constexpr, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _gate_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr):
+def _fdot(a, b, FPREC: tl.constexpr):
+    """``a @ b`` of float32 operands, float32 accumulation: ``"ieee"`` exact float32 (FMA units),
+    ``"tf32"`` or ``"tf32x3"`` on tensor cores, ``"bf16"`` both rounded to bfloat16 (fla's choice;
+    float32's exponent range, so the factors of ``SPAN`` cannot overflow as in float16)."""
+    if FPREC == "bf16":
+        r = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    else:
+        r = tl.dot(a, b, input_precision=FPREC)
+    return r
+
+
+@triton.jit
+def _gate_scores(b_q, b_k, b_G, o_t, BT: tl.constexpr, FPREC: tl.constexpr):
     """``A [BT, BT]``: ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` for ``s <= t``, else 0
     (float32 ``b_q``, ``b_k``), of a per-channel gate: factored through the middle row within
     ``SPAN``, else column by column. (A scalar gate needs neither: ``A = (q kᵀ) ⊙ D``.)"""
     b_d, factored = _middle_offsets(b_G, o_t, BT)
     if factored:
-        b_A = tl.dot(b_q * tl.exp(b_d), tl.trans(b_k * tl.exp(-b_d)), input_precision="ieee")
+        b_A = _fdot(b_q * tl.exp(b_d), tl.trans(b_k * tl.exp(-b_d)), FPREC)
         b_A = tl.where(o_t[:, None] >= o_t[None, :], b_A, 0.0)
     else:
         b_A = tl.zeros([BT, BT], dtype=tl.float32)
@@ -167,6 +179,7 @@ def linear_fwd_o_kernel(
     o,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
+    FPREC: tl.constexpr,
 ):  # fmt: skip
     # One program per (chunk, head): the intra-chunk scores are built once and applied to every
     # value tile in turn.
@@ -190,7 +203,7 @@ def linear_fwd_o_kernel(
         b_rs = scale * tl.exp(b_G)  # [BT, 1]
     else:
         b_qf = b_q.to(tl.float32) * scale
-        b_A = _gate_scores(b_qf, b_k.to(tl.float32), b_G, o_t, BT).to(dt)
+        b_A = _gate_scores(b_qf, b_k.to(tl.float32), b_G, o_t, BT, FPREC).to(dt)
         b_qg = (b_qf * tl.exp(b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -243,6 +256,7 @@ def linear_bwd_dv_kernel(
     dv,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
+    FPREC: tl.constexpr,
 ):  # fmt: skip
     """Per (chunk, head): ``dv = (k ⊙ exp(G_C − G)) dS_out + Aᵀ do`` (per query head), the
     intra-chunk scores ``A`` built once over the whole key dimension, the value tiles in turn."""
@@ -267,7 +281,7 @@ def linear_bwd_dv_kernel(
     else:
         b_qf = b_q.to(tl.float32) * scale
         b_kf = b_k.to(tl.float32)
-        b_At = tl.trans(_gate_scores(b_qf, b_kf, b_G, o_t, BT)).to(dt)
+        b_At = tl.trans(_gate_scores(b_qf, b_kf, b_G, o_t, BT, FPREC)).to(dt)
         b_kg = (b_kf * tl.exp(b_gl[None, :] - b_G)).to(dt)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -283,14 +297,14 @@ def linear_bwd_dv_kernel(
 
 
 @triton.jit
-def _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT: tl.constexpr, BK: tl.constexpr):
+def _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT: tl.constexpr, BK: tl.constexpr, FPREC: tl.constexpr):
     """The intra-chunk pairs ``s < t`` of a per-channel gate added to ``dq`` and returned as
     ``dk``: factored through the middle row within ``SPAN``, else column by column."""
     b_d, factored = _middle_offsets(b_G, o_t, BT)
     if factored:  # see SPAN
         b_dAs = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
-        b_dq += tl.exp(b_d) * tl.dot(b_dAs, b_kf * tl.exp(-b_d), input_precision="ieee")
-        b_dk = tl.exp(-b_d) * tl.dot(tl.trans(b_dAs), b_q * tl.exp(b_d), input_precision="ieee")
+        b_dq += tl.exp(b_d) * _fdot(b_dAs, b_kf * tl.exp(-b_d), FPREC)
+        b_dk = tl.exp(-b_d) * _fdot(tl.trans(b_dAs), b_q * tl.exp(b_d), FPREC)
     else:
         b_dk = tl.zeros([BT, BK], dtype=tl.float32)
         for j in range(BT):
@@ -310,6 +324,7 @@ def linear_bwd_dqk_kernel(
     dq, dk, dg,
     H: tl.constexpr, HKV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr, SCALAR: tl.constexpr,
+    FPREC: tl.constexpr,
 ):  # fmt: skip
     """Per (key tile, chunk, head): ``dq``, ``dk`` and the gate gradient of the key channels
     ``[i_k·BK, (i_k+1)·BK)``. Every term is per key channel except ``dA = do vᵀ``, which each key
@@ -369,7 +384,7 @@ def linear_bwd_dqk_kernel(
         b_dq += tl.dot(b_dAD, b_k, input_precision=PREC)
         b_dk = tl.dot(tl.trans(b_dAD), b_qn.to(dt), input_precision=PREC) * scale
     else:
-        b_dq, b_dk = _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT, BK)
+        b_dq, b_dk = _intra_dqk(b_dq, b_dA, b_q, b_kf, b_G, o_t, BT, BK, FPREC)
     m_tk = m_t[:, None] & m_k[None, :]
     if SCALAR:  # one gate per token and head: this key tile's share, [tokens, H, cdiv(K, BK)]
         b_dg += tl.cumsum(tl.sum(b_q * b_dq - b_kf * b_dk, axis=1), axis=0, reverse=True)
