@@ -178,12 +178,12 @@ def linear_scalar(rec: Recorder, tiny: bool) -> None:
 
 
 def delta(rec: Recorder, tiny: bool) -> None:
-    """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the JAX part (layout and the
-    intra-chunk WY transform, ``delta_rule_math``) and the Triton inter-chunk part, each forward
-    and forward+backward, and the whole op."""
+    """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
+    transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
+    inter-chunk part, each forward and forward+backward, and the whole op."""
     import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
-    from ejkernel_triton._delta._call import triton_delta_rule
+    from ejkernel_triton._delta._call import triton_delta_rule, triton_intra_chunk
 
     b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
     ks = jax.random.split(jax.random.key(0), 6)
@@ -201,11 +201,18 @@ def delta(rec: Recorder, tiny: bool) -> None:
     def intra(q, k, v, beta, g, precision=M.HIGHEST):
         return M.intra_chunk(chunks(q, k, v, beta, g), precision)
 
+    def tintra(q, k, v, beta, g):
+        return triton_intra_chunk(chunks(q, k, v, beta, g), jnp.bfloat16)
+
     x0 = jax.jit(intra)(q, k, v, beta, g)
     cot = jax.tree.map(lambda a: jnp.ones_like(a) * 0.5, x0)
 
     def intra_fb(q, k, v, beta, g, precision=M.HIGHEST):
         loss = lambda *a: sum(jnp.sum(x * c) for x, c in zip(intra(*a, precision), cot, strict=True))  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
+
+    def tintra_fb(q, k, v, beta, g):
+        loss = lambda *a: sum(jnp.sum(x * c) for x, c in zip(tintra(*a), cot, strict=True))  # noqa: E731
         return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
 
     def inter(x):
@@ -231,10 +238,34 @@ def delta(rec: Recorder, tiny: bool) -> None:
     rec.time("delta", "to_chunks + intra_chunk fwd (default precision)", tf32, (q, k, v, beta, g), **f)
     tf32_fb = functools.partial(intra_fb, precision=None)
     rec.time("delta", "to_chunks + intra_chunk fwd+bwd (default precision)", tf32_fb, (q, k, v, beta, g), **f)
+    rec.time("delta", "to_chunks + triton intra fwd", tintra, (q, k, v, beta, g), **f)
+    rec.time("delta", "to_chunks + triton intra fwd+bwd", tintra_fb, (q, k, v, beta, g), **f)
     rec.time("delta", "triton inter fwd", inter, (x0,), **f)
     rec.time("delta", "triton inter fwd+bwd", inter_fb, (x0,), **f)
     rec.time("delta", "gated_delta_rule fwd", op, (q, k, v, g, beta), **f)
     rec.time("delta", "gated_delta_rule fwd+bwd", op_fb, (q, k, v, g, beta, do), **f)
+    # The op composed by hand with either intra-chunk transform (the JAX one: the Triton path
+    # before the intra kernels), same run, same inputs
+    from ejkernel_triton._delta import impl as DI
+
+    def composed(q, k, v, g, beta, do=None, *, triton_intra):
+        def f(q, k, v, g, beta):
+            c = chunks(q, k, v, beta, g)
+            x = triton_intra_chunk(c, jnp.bfloat16) if triton_intra else M.intra_chunk(c, None)
+            o, _ = triton_delta_rule(
+                c, x, jnp.dtype(jnp.bfloat16), block_v=DI.BLOCK_V, num_warps=DI.NUM_WARPS, num_stages=DI.NUM_STAGES
+            )
+            return M.from_chunks(c, o).astype(v.dtype)
+
+        if do is None:
+            return f(q, k, v, g, beta)
+        loss = lambda *a: jnp.sum(f(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+
+    for name, flag in (("JAX intra", False), ("Triton intra", True)):
+        fn = functools.partial(composed, triton_intra=flag)
+        rec.time("delta", f"composed fwd ({name})", fn, (q, k, v, g, beta), **f)
+        rec.time("delta", f"composed fwd+bwd ({name})", fn, (q, k, v, g, beta, do), **f)
 
 
 def ssm1(rec: Recorder, tiny: bool) -> None:

@@ -5,7 +5,8 @@ Forward: ``delta_fwd_h_kernel`` (states entering each chunk, corrected values, f
 then ``delta_fwd_o_kernel``. Backward: ``delta_bwd_dh_kernel`` (the reverse state-gradient walk,
 ``dV'``, ``dh0``), then the per-chunk contractions ``dQg = dO Sᵀ``, ``dW = -dV' Sᵀ``,
 ``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS``, ``dAqk = dO V'ᵀ`` as batched matmuls. The
-intra-chunk part (and its gradient) is JAX's, upstream of this function.
+intra-chunk part upstream of it: :func:`triton_intra_chunk` (the ``_intra`` kernels, their own
+``jax.custom_vjp``) or JAX's ``delta_rule_math.intra_chunk``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ import numpy as np
 from ejkernel.ops.families import delta_rule_math as M
 
 from .._launch import launch
+from ._intra import (
+    delta_intra_bwd_qk_kernel,
+    delta_intra_bwd_qk_pc_kernel,
+    delta_intra_bwd_wy_kernel,
+    delta_intra_bwd_wy_pc_kernel,
+    delta_intra_fwd_kernel,
+    delta_intra_fwd_pc_kernel,
+    delta_intra_inverse_kernel,
+    delta_intra_inverse_pc_kernel,
+)
 from ._kernel import delta_bwd_dh_kernel, delta_fwd_h_kernel, delta_fwd_o_kernel
 
 F32 = jnp.float32
@@ -171,3 +182,156 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
     if varlen:  # an empty sequence's final state is its initial state
         final = jnp.where((c.plan["last_chunk"] >= 0)[:, None, None, None], final, c.h0)
     return o.reshape(r, hv, nc, size, v), final
+
+
+# -- the intra-chunk WY transform (scalar gate or none) --------------------------------------------
+
+
+# The intra-chunk products' operands for bfloat16 inputs ("tf32" or "bf16", fla's choice: half the
+# shared memory and registers; the GPU conformance passes with it, H200 2026-11-26).
+INTRA_OPERANDS = "bf16"
+# Warps of the intra-chunk kernels (one program per chunk).
+INTRA_WARPS = {"inverse": 8, "fwd": 8, "bwd_wy": 8, "bwd_qk": 8}
+
+
+def _intra_operands(dtype: Any) -> str:
+    """Float32 inputs: exact products; bfloat16: ``INTRA_OPERANDS``; float16: TF32 (bfloat16
+    operands would lose float16's extra mantissa bits)."""
+    return {"float32": "ieee", "bfloat16": INTRA_OPERANDS}.get(jnp.dtype(dtype).name, "tf32")
+
+
+@dataclasses.dataclass(frozen=True)
+class IntraSpec:
+    """Static shape of one intra-chunk call: ``n`` chunks of ``c`` rows (hashable)."""
+
+    n: int
+    c: int
+    k: int
+    v: int
+    has_g: bool
+    per_channel: bool  # the gate is per key channel (KDA): g [n, c, k]; else [n, c] (or none)
+    ops: str  # the products' operands: "ieee", "tf32" or "bf16" (_linear._kernel._fdot)
+    out: str  # W, U, Aqk, Qg, Kg's dtype: the inter-chunk kernels' (glast and M stay float32)
+
+    def consts(self, *, v: bool = True) -> dict[str, Any]:
+        """The kernels' compile-time arguments (``v``: with the value dim)."""
+        tile = lambda d: max(16, 1 << (d - 1).bit_length())  # noqa: E731
+        c = dict(C=self.c, K=self.k, BK=tile(self.k)) | (dict(V=self.v, BV=tile(self.v)) if v else {})
+        return c | (
+            dict(OPS=self.ops, GPREC=self.gate_prec) if self.per_channel else dict(HAS_G=self.has_g, OPS=self.ops)
+        )
+
+    @property
+    def inverse_prec(self) -> str:
+        """The unit-lower inverse's products over the blocks below its diagonal
+        (``_intra._unit_lower_inverse``): exact float32 for float32 inputs, else TF32 (finer than
+        the bfloat16 ``T`` the next products take; exact float32 and three-pass TF32 spill at
+        255 registers, sm_90, 4 and 8 warps)."""
+        return "ieee" if self.ops == "ieee" else "tf32"
+
+    @property
+    def gate_prec(self) -> str:
+        """A per-channel gate's factored products (``_linear._kernel._fdot``): TF32 where the
+        other products take bfloat16 operands (the factors ``e^{±(G − G_mid)}`` reach ``e^±SPAN``)."""
+        return "tf32" if self.ops == "bf16" else self.ops
+
+
+def _intra_forward(spec: IntraSpec, q, k, v, beta, g):
+    """The intra-chunk outputs and ``M = (I + A)⁻¹`` (kept for the backward)."""
+    n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
+    pc = spec.per_channel
+    (m,) = launch(
+        delta_intra_inverse_pc_kernel if pc else delta_intra_inverse_kernel, k, beta, g,
+        out_shape=[jax.ShapeDtypeStruct((n, c, c), F32)],
+        grid=(n,), num_warps=INTRA_WARPS["inverse"], num_stages=1, name="ejkernel_delta_intra_inverse",
+        IPREC=spec.inverse_prec, **spec.consts(v=False),
+    )  # fmt: skip
+    dt = jnp.dtype(spec.out)
+    outs = launch(
+        delta_intra_fwd_pc_kernel if pc else delta_intra_fwd_kernel, q, k, v, beta, g, m,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), dt), jax.ShapeDtypeStruct((n, c, vd), dt),
+            jax.ShapeDtypeStruct((n, c, c), dt), jax.ShapeDtypeStruct((n, c, kd), dt),
+            jax.ShapeDtypeStruct((n, c, kd), dt),
+            jax.ShapeDtypeStruct((n, kd) if spec.per_channel else (n,), F32),
+        ],
+        grid=(n,), num_warps=INTRA_WARPS["fwd"], num_stages=1, name="ejkernel_delta_intra_fwd", **spec.consts(),
+    )  # fmt: skip
+    return tuple(outs), m
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _intra(spec: IntraSpec, q, k, v, beta, g):
+    return _intra_forward(spec, q, k, v, beta, g)[0]
+
+
+def _intra_fwd(spec: IntraSpec, q, k, v, beta, g):
+    outs, m = _intra_forward(spec, q, k, v, beta, g)
+    return outs, (q, k, v, beta, g, m)
+
+
+def _intra_bwd(spec: IntraSpec, res, cts):
+    q, k, v, beta, g, m = res
+    dw, du, daqk, dqg, dkg, dglast = cts
+    n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
+    gate_shape = (n, c, kd) if spec.per_channel else (n, c)
+    if spec.per_channel:
+        wy = (delta_intra_bwd_wy_pc_kernel, k, v, beta, g, m, dw, du)
+    else:
+        wy = (delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du)
+    dk_wy, dv, dbeta, dg_wy = launch(
+        *wy,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
+            jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
+        ],
+        grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy", **spec.consts(),
+    )  # fmt: skip
+    dq, dk, dg = launch(
+        delta_intra_bwd_qk_pc_kernel if spec.per_channel else delta_intra_bwd_qk_kernel, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, kd), F32),
+            jax.ShapeDtypeStruct(g.shape, F32),
+        ],
+        grid=(n,), num_warps=INTRA_WARPS["bwd_qk"], num_stages=1, name="ejkernel_delta_intra_bwd_qk",
+        **spec.consts(v=False),
+    )  # fmt: skip
+    return dq, dk, dv, dbeta, dg
+
+
+_intra.defvjp(_intra_fwd, _intra_bwd)
+
+
+def intra_chunk_supported(c: M.Chunks) -> bool:
+    """Whether :func:`triton_intra_chunk` takes these chunks: a power-of-two chunk of at least 16
+    rows (any gate: none, scalar, or per key channel)."""
+    size = c.k.shape[-2]
+    return size >= 16 and size & (size - 1) == 0
+
+
+def triton_intra_chunk(c: M.Chunks, dtype: Any) -> M.Intra:
+    """:func:`ejkernel.ops.families.delta_rule_math.intra_chunk` on the Triton kernels
+    (:func:`intra_chunk_supported` chunks), differentiable in q, k, v, β and the gate; W, U, Aqk,
+    Qg and Kg in ``dtype`` (what :func:`triton_delta_rule` takes them as: no conversion pass)."""
+    r, hv, nc, size, kd = c.k.shape
+    vd = c.v.shape[-1]
+    n = r * hv * nc
+    has_g = c.g is not None
+    per_channel = has_g and c.g.shape[-1] != 1
+    spec = IntraSpec(
+        n=n, c=size, k=kd, v=vd, has_g=has_g, per_channel=per_channel, ops=_intra_operands(dtype),
+        out=jnp.dtype(dtype).name,
+    )  # fmt: skip
+    if per_channel:
+        g = c.g.reshape(n, size, kd)
+    else:
+        g = c.g[..., 0].reshape(n, size) if has_g else jnp.zeros((1,), F32)
+    w, u, aqk, qg, kg, glast = _intra(
+        spec, c.q.reshape(n, size, kd), c.k.reshape(n, size, kd), c.v.reshape(n, size, vd),
+        c.beta.reshape(n, size), g,
+    )  # fmt: skip
+    lead = (r, hv, nc, size)
+    return M.Intra(
+        w.reshape(*lead, kd), u.reshape(*lead, vd), aqk.reshape(*lead, size), qg.reshape(*lead, kd),
+        kg.reshape(*lead, kd), glast.reshape(r, hv, nc, kd if per_channel else 1),
+    )  # fmt: skip
