@@ -23,6 +23,7 @@ from ejkernel.ops.families import delta_rule_math as M
 
 from .._launch import launch
 from ._intra import (
+    delta_intra_bwd_a_kernel,
     delta_intra_bwd_qk_kernel,
     delta_intra_bwd_qk_pc_kernel,
     delta_intra_bwd_wy_kernel,
@@ -191,7 +192,7 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
 # shared memory and registers; the GPU conformance passes with it, H200 2026-11-26).
 INTRA_OPERANDS = "bf16"
 # Warps of the intra-chunk kernels (one program per chunk).
-INTRA_WARPS = {"inverse": 8, "fwd": 8, "bwd_wy": 8, "bwd_qk": 8}
+INTRA_WARPS = {"inverse": 8, "fwd": 8, "bwd_wy": 8, "bwd_a": 8, "bwd_qk": 8}
 
 
 def _intra_operands(dtype: Any) -> str:
@@ -276,17 +277,35 @@ def _intra_bwd(spec: IntraSpec, res, cts):
     n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
     gate_shape = (n, c, kd) if spec.per_channel else (n, c)
     if spec.per_channel:
-        wy = (delta_intra_bwd_wy_pc_kernel, k, v, beta, g, m, dw, du)
-    else:
-        wy = (delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du)
-    dk_wy, dv, dbeta, dg_wy = launch(
-        *wy,
-        out_shape=[
-            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
-            jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
-        ],
-        grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy", **spec.consts(),
-    )  # fmt: skip
+        dk_wy, dv, dbeta, dg_wy = launch(
+            delta_intra_bwd_wy_pc_kernel, k, v, beta, g, m, dw, du,
+            out_shape=[
+                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
+                jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
+            ],
+            grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
+            **spec.consts(),
+        )  # fmt: skip
+    else:  # in two kernels: through W, U, T (then dA), then through A (one kernel spilled ~800 B)
+        dk_t, dv, db_t, dg_t, da = launch(
+            delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du,
+            out_shape=[
+                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
+                jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
+                jax.ShapeDtypeStruct((n, c, c), F32),
+            ],
+            grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
+            **spec.consts(),
+        )  # fmt: skip
+        dk_wy, dbeta, dg_wy = launch(
+            delta_intra_bwd_a_kernel, k, beta, g, da, dk_t, db_t, dg_t,
+            out_shape=[
+                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c), F32),
+                jax.ShapeDtypeStruct(gate_shape, F32),
+            ],
+            grid=(n,), num_warps=INTRA_WARPS["bwd_a"], num_stages=1, name="ejkernel_delta_intra_bwd_a",
+            **spec.consts(v=False),
+        )  # fmt: skip
     dq, dk, dg = launch(
         delta_intra_bwd_qk_pc_kernel if spec.per_channel else delta_intra_bwd_qk_kernel, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
         out_shape=[

@@ -138,12 +138,13 @@ def delta_intra_fwd_kernel(
 @triton.jit
 def delta_intra_bwd_wy_kernel(
     k, v, beta, g, m, dw, du,
-    dk, dv, dbeta, dG,
+    dk, dv, dbeta, dG, da,
     C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     HAS_G: tl.constexpr, OPS: tl.constexpr,
 ):  # fmt: skip
-    """The gradient through ``W``, ``U`` (and ``T``, ``M``, ``A``): ``dK`` (this part), ``dV``,
-    ``dβ`` and ``dG`` (this part, per row)."""
+    """The gradient through ``W``, ``U`` and ``T``: ``dV``, and of ``dK``, ``dβ``, ``dG`` the
+    parts through ``K ⊙ e^G`` and ``T = M diag(β)``; ``dA`` (strictly lower) for
+    :func:`delta_intra_bwd_a_kernel`."""
     i = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
@@ -151,40 +152,57 @@ def delta_intra_bwd_wy_kernel(
     rows = i * C + o_c
     p_k = rows[:, None] * K + o_k[None, :]
     p_v = rows[:, None] * V + o_v[None, :]
+    p_c = rows[:, None] * C + o_c[None, :]
     m_k = (o_k < K)[None, :]
     m_v = (o_v < V)[None, :]
     b_b = tl.load(beta + rows)
     b_G, _ = _load_gate(g, rows, o_c, C, HAS_G)
     b_eG = tl.exp(b_G)
-    b_M = tl.load(m + rows[:, None] * C + o_c[None, :])
+    b_M = tl.load(m + p_c)
     b_T = b_M * b_b[None, :]
     # U = T V, then W = T Kd (each pair of [C, ·] tiles dead after its products)
     b_du = tl.load(du + p_v, mask=m_v, other=0.0).to(tl.float32)
     b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0)), OPS)
     tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS), mask=m_v)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
-    b_kd = b_k * b_eG[:, None]
+    b_kd = tl.load(k + p_k, mask=m_k, other=0.0) * b_eG[:, None]
     b_dw = tl.load(dw + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_dT += _dot(b_dw, tl.trans(b_kd), OPS)
     b_dkd = _dot(tl.trans(b_T), b_dw, OPS)
-    b_dk = b_dkd * b_eG[:, None]
-    b_dG = tl.sum(b_dkd * b_kd, axis=1)
+    tl.store(dk + p_k, b_dkd * b_eG[:, None], mask=m_k)
+    tl.store(dG + rows, tl.sum(b_dkd * b_kd, axis=1))
+    # T = M diag(β); M = (I + A)^-1: dA = -Mᵀ dM Mᵀ, strictly lower
+    tl.store(dbeta + rows, tl.sum(b_dT * b_M, axis=0))
+    b_dA = -_dot(_dot(tl.trans(b_M), b_dT * b_b[None, :], OPS), tl.trans(b_M), OPS)
+    tl.store(da + p_c, tl.where(o_c[:, None] > o_c[None, :], b_dA, 0.0))
+
+
+@triton.jit
+def delta_intra_bwd_a_kernel(
+    k, beta, g, da, dk_wy, db_wy, dG_wy,
+    dk, dbeta, dG,
+    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, HAS_G: tl.constexpr, OPS: tl.constexpr,
+):  # fmt: skip
+    """The gradient through ``A = diag(β) (S ⊙ E)``, ``S = K Kᵀ``, added to the WY parts:
+    ``dK``, ``dβ`` and ``dG`` (per row)."""
+    i = tl.program_id(0).to(tl.int64)
+    o_c = tl.arange(0, C)
+    o_k = tl.arange(0, BK)
+    rows = i * C + o_c
+    p_k = rows[:, None] * K + o_k[None, :]
+    m_k = (o_k < K)[None, :]
+    b_b = tl.load(beta + rows)
+    b_G, _ = _load_gate(g, rows, o_c, C, HAS_G)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
     b_Es = _decay(b_G, o_c, True)
     b_SE = _dot(b_k, tl.trans(b_k), OPS) * b_Es  # S ⊙ E, strictly lower
-    # T = M diag(β); M = (I + A)^-1: dA = -Mᵀ dM Mᵀ, strictly lower
-    b_db = tl.sum(b_dT * b_M, axis=0)
-    b_dA = -_dot(_dot(tl.trans(b_M), b_dT * b_b[None, :], OPS), tl.trans(b_M), OPS)
-    b_dA = tl.where(o_c[:, None] > o_c[None, :], b_dA, 0.0)
-    # A = diag(β) (S ⊙ E)
-    b_db += tl.sum(b_dA * b_SE, axis=1)
+    b_dA = tl.load(da + rows[:, None] * C + o_c[None, :])
+    tl.store(dbeta + rows, tl.load(db_wy + rows) + tl.sum(b_dA * b_SE, axis=1))
     b_P = b_dA * b_b[:, None]  # gradient of S ⊙ E
     b_PA = b_P * b_SE  # dA ⊙ A: the gate through E
-    b_dG += tl.sum(b_PA, axis=1) - tl.sum(b_PA, axis=0)
+    tl.store(dG + rows, tl.load(dG_wy + rows) + tl.sum(b_PA, axis=1) - tl.sum(b_PA, axis=0))
     b_dS = b_P * b_Es  # S = K Kᵀ: dK = (dS + dSᵀ) K
-    b_dk += _dot(b_dS + tl.trans(b_dS), b_k, OPS)
+    b_dk = tl.load(dk_wy + p_k, mask=m_k, other=0.0) + _dot(b_dS + tl.trans(b_dS), b_k, OPS)
     tl.store(dk + p_k, b_dk, mask=m_k)
-    tl.store(dbeta + rows, b_db)
-    tl.store(dG + rows, b_dG)
 
 
 @triton.jit
