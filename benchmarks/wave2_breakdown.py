@@ -63,10 +63,10 @@ class Recorder:
             f.write(line + "\n")
 
 
-def _linear_case(tiny: bool) -> tuple[Any, ...]:
+def _linear_case(tiny: bool, shape: tuple[int, int, int, int] = (4, 4096, 16, 128)) -> tuple[Any, ...]:
     """``(b, t, h, d, q, k, v, do, h0, cu)`` of the linear sections: bf16 inputs, zero states,
     equal-length rows."""
-    b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
+    b, t, h, d = (1, 40, 2, 16) if tiny else shape
     ks = jax.random.split(jax.random.key(0), 5)
     q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
     k = (jax.random.normal(ks[1], (b, t, h, d), jnp.float32) / np.sqrt(d)).astype(jnp.bfloat16)
@@ -175,6 +175,45 @@ def linear_scalar(rec: Recorder, tiny: bool) -> None:
 
         rec.time("linear_scalar", "lightning_attention fwd", op, (q, k, v), **tiles)
         rec.time("linear_scalar", "lightning_attention fwd+bwd", op_fb, (q, k, v, do), **tiles)
+
+
+def linear_long(rec: Recorder, tiny: bool) -> None:
+    """B1 T32768 H16 D128 (one sequence: the state kernels' grid is sequences x heads x tiles, 64
+    programs of 64x64 tiles on 132 SMs): the state recurrences at 64- and 32-wide tiles
+    (``Spec.state_block``), scalar and per-channel gates, and ``lightning_attention`` as the
+    heuristic runs it."""
+    import ejkernel
+    from ejkernel_triton._linear import _call as L
+
+    b, t, h, d, q, k, v, do, h0, cu = _linear_case(tiny, (1, 32768, 16, 128))
+    qf, kf, vf, dof = (x.reshape(b * t, h, d) for x in (q, k, v, do))
+    shape = f"b{b} t{t} h{h} d{d}"
+    gs = -jnp.broadcast_to(jnp.linspace(0.01, 5.9, h, dtype=jnp.float32), (b * t, h))
+    gk = jax.nn.log_sigmoid(jax.random.normal(jax.random.key(3), (b * t, h, d), jnp.float32) + 3.0)
+    for gate, chunk, g in (("scalar", 64, gs), ("channel", 32, gk)):
+        for block in (64, 32):
+            spec = _linear_spec(L, b, t, h, d, chunk, 64, 4, scalar_gate=gate == "scalar", state_block=block)
+            choff, _, _ = L.chunk_tables(cu, spec)
+            f = {"shape": shape, "chunk": chunk, "gate": gate, "state_block": block}
+            fwd = lambda *a, spec=spec: L.fwd_states(spec, *a, jnp.bfloat16)  # noqa: E731
+            rec.time("linear_long", "fwd_states", fwd, (kf, vf, g, h0, cu, choff), **f)
+            rec.time(
+                "linear_long",
+                "bwd_states",
+                lambda *a, spec=spec: L.bwd_states(spec, *a),
+                (qf, g, dof, h0, cu, choff),
+                **f,
+            )
+
+    def op(q, k, v):
+        return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton")
+
+    def op_fb(q, k, v, do):
+        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    rec.time("linear_long", "lightning_attention fwd (heuristic)", op, (q, k, v), shape=shape)
+    rec.time("linear_long", "lightning_attention fwd+bwd (heuristic)", op_fb, (q, k, v, do), shape=shape)
 
 
 def delta(rec: Recorder, tiny: bool) -> None:
@@ -335,9 +374,14 @@ def main() -> None:
         ctx = interpreted()
     with ctx:
         for name in ns.only.split(","):
-            {"linear": linear, "linear_scalar": linear_scalar, "delta": delta, "ssm1": ssm1, "pool": pool}[name](
-                rec, ns.tiny
-            )
+            {
+                "linear": linear,
+                "linear_scalar": linear_scalar,
+                "linear_long": linear_long,
+                "delta": delta,
+                "ssm1": ssm1,
+                "pool": pool,
+            }[name](rec, ns.tiny)
 
 
 if __name__ == "__main__":

@@ -147,9 +147,9 @@ def test_triton_matches_xla_on_a_long_steep_sequence():
 
 
 def test_state_tiles_do_not_change_the_states():
-    """The state recurrences over 32x32 tiles (``Spec.state_block``; 64 by default) store the
-    same chunk states, final state and state gradients: head dims 40 (key) and 72 (value) make
-    partly masked last tiles at both sizes; two packed sequences, one empty."""
+    """The state recurrences over 32x32 tiles (``Spec.state_block``: ``_call.state_block`` picks 64
+    or 32) store the same chunk states, final state and state gradients: head dims 40 (key) and 72
+    (value) make partly masked last tiles at both sizes; two packed sequences, one empty."""
     from ejkernel_triton._linear import _call as L
 
     rng = np.random.default_rng(11)

@@ -110,6 +110,13 @@ def _forward(spec: Spec, q, k, v, g, h0, cu, choff, cstart, cend):
 # axis 0 but 65535 on axes 1 and 2.
 
 
+def state_block(rows: int, k: int, v: int) -> int:
+    """The state kernels' tile (``Spec.state_block``) for ``rows`` sequences x heads: 64, or 32
+    where 64-wide tiles give fewer than 128 programs (each walks its sequence's every chunk, so
+    a long single sequence, e.g. B1 H16 D128, would leave half of an H100's 132 SMs idle)."""
+    return 32 if rows * _cdiv(k, 64) * _cdiv(v, 64) < 128 else 64
+
+
 def fwd_states(spec: Spec, k, v, g, h0, cu, choff, dtype):
     """The chunk-state recurrence: ``hs [n_chunks, H, K, V]`` (``dtype``), ``ht`` float32."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
@@ -253,7 +260,7 @@ def linear_attention(p: LinearProblem, chunk: int, block_v: int, warps: int, sta
     spec = Spec(
         tokens=b * t, batch=b, seq=t, num_seqs=n_seqs, n_chunks=n_chunks, heads=h, kv_heads=hk, head_dim=dk,
         value_head_dim=dv, chunk=chunk, block_v=block_v, warps=warps, stages=stages, scale=float(p.scale),
-        varlen=varlen, scalar_gate=scalar,
+        varlen=varlen, scalar_gate=scalar, state_block=state_block(n_seqs * h, dk, dv),
         factor_prec={"bfloat16": "tf32", "float16": "tf32"}.get(jnp.dtype(q.dtype).name, "ieee"),
     )  # fmt: skip
     choff, cstart, cend = chunk_tables(cu, spec)
