@@ -185,7 +185,7 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
     return o.reshape(r, hv, nc, size, v), final
 
 
-# -- the intra-chunk WY transform (scalar gate or none) --------------------------------------------
+# -- the intra-chunk WY transform (_intra's kernels) -----------------------------------------------
 
 
 # The intra-chunk products' operands for bfloat16 inputs ("tf32" or "bf16", fla's choice: half the
@@ -306,8 +306,9 @@ def _intra_bwd(spec: IntraSpec, res, cts):
             grid=(n,), num_warps=INTRA_WARPS["bwd_a"], num_stages=1, name="ejkernel_delta_intra_bwd_a",
             **spec.consts(v=False),
         )  # fmt: skip
+    qk = delta_intra_bwd_qk_pc_kernel if spec.per_channel else delta_intra_bwd_qk_kernel
     dq, dk, dg = launch(
-        delta_intra_bwd_qk_pc_kernel if spec.per_channel else delta_intra_bwd_qk_kernel, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
+        qk, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
         out_shape=[
             jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, kd), F32),
             jax.ShapeDtypeStruct(g.shape, F32),

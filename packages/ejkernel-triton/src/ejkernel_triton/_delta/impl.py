@@ -85,7 +85,8 @@ class TritonDeltaRule(KernelImpl):
             ieee = jnp.dtype(args.value.dtype) == jnp.float32
             # A scalar gate or none: the Triton WY kernels. A per-channel gate (KDA): JAX's
             # transform; the per-channel kernels (_intra.*_pc_kernel) spill at head dim 128 and
-            # ran KDA at 14.3 / 53.6 ms against 8.7 / 23.1 through JAX (B4 T4096 H16 D128 bf16).
+            # ran KDA at 14.3 / 53.6 ms fwd / fwd+bwd against 11.0 / 31.2 through JAX (H100,
+            # B4 T4096 H16 D128 bf16; benchmarks/results/h200/wave2/delta-intra).
             if intra_chunk_supported(c) and (c.g is None or c.g.shape[-1] == 1):
                 intra = triton_intra_chunk(c, args.value.dtype)
             else:
