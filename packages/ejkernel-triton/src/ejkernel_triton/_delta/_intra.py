@@ -50,8 +50,8 @@ def _unit_lower_inverse(b_A, o_c, C: tl.constexpr, IPREC: tl.constexpr):
     columns, so one pair of reductions serves them all; ``B − 1`` serial steps, not ``C − 1``), then
     ``(I + A)⁻¹ = (I + N)⁻¹ Md`` with ``N = Md A_o`` (``A_o`` the blocks below the diagonal),
     nilpotent of order ``C / B``: ``(I + N)⁻¹ = (I − N)(I + N²)(I + N⁴)…``, its products as ``IPREC``
-    says (``"ieee"``: exact float32 on the FMA units; ``"tf32x3"``: three TF32 tensor-core passes,
-    float32 to ~1e-6, for 16-bit inputs)."""
+    says (``"ieee"``: exact float32 on the FMA units, for float32 inputs; ``"tf32"``: tensor
+    cores, for 16-bit inputs)."""
     B: tl.constexpr = 16 if C > 16 else C
     blk = o_c // B
     same = blk[:, None] == blk[None, :]
