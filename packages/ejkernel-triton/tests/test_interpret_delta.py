@@ -88,13 +88,18 @@ def test_unit_lower_inverse_matches_numpy(size):
     np.testing.assert_allclose(np.asarray(m), ref, atol=1e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("gate", ["scalar", "none", "channel"])
-@pytest.mark.parametrize("chunk", [16, 32, 64])
-def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk):
+@pytest.mark.parametrize(
+    ("gate", "chunk", "dtype"),
+    [(g, c, "float32") for g in ("scalar", "none", "channel") for c in (16, 32, 64)]
+    + [("scalar", 64, "float16"), ("channel", 32, "float16")],
+)
+def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
     """The Triton intra-chunk WY transform (``_delta._call.triton_intra_chunk``) against
     ``delta_rule_math.intra_chunk`` in float32: every output (W, U, Aqk, Qg, Kg, glast) and the
     VJP of a random cotangent into q, k, v, β and the gate; odd head dims (masked tiles), a
-    padded last chunk, decays up to ~3 nats per token (chunk totals past e^-40), β in (0, 1)."""
+    padded last chunk, decays up to ~3 nats per token (chunk totals past e^-40), β in (0, 1).
+    ``float16``: the kernels as 16-bit inputs run them (TF32 products and inverse, outputs stored
+    and cotangents read in float16), at float16 tolerances."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -126,19 +131,20 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk):
             return tuple(fn(c))
 
         out, vjp = jax.vjp(f, *args)
-        cot = tuple(jnp.asarray(rng.standard_normal(o.shape), jnp.float32) for o in out)
+        cot = tuple(jnp.asarray(rng.standard_normal(o.shape), jnp.float32).astype(o.dtype) for o in out)
         return out, vjp(cot)
 
     assert D.intra_chunk_supported(chunks(*args[:4], g))
+    # float32: exact products; float16: TF32 products and 16-bit outputs (a few 1e-3 relative)
+    tol_out, tol_grad, rtol = (2e-5, 5e-5, 1e-4) if dtype == "float32" else (4e-3, 1e-2, 1e-2)
     rng_state = rng.bit_generator.state
-    out_t, grads_t = run(lambda c: D.triton_intra_chunk(c, jnp.float32))
+    out_t, grads_t = run(lambda c: D.triton_intra_chunk(c, jnp.dtype(dtype)))
     rng.bit_generator.state = rng_state  # the same cotangents
     out_r, grads_r = run(lambda c: M.intra_chunk(c))
     for name, a, r in zip(M.Intra._fields, out_t, out_r, strict=True):
-        np.testing.assert_allclose(
-            np.asarray(a), np.asarray(r), atol=2e-5 * max(1.0, float(np.abs(r).max())), err_msg=name
-        )
+        a, r = np.asarray(a, np.float32), np.asarray(r)
+        np.testing.assert_allclose(a, r, atol=tol_out * max(1.0, float(np.abs(r).max())), err_msg=name)
     for a, r in zip(grads_t, grads_r, strict=True):
         r = np.asarray(r)
         assert np.abs(r).max() > 0
-        np.testing.assert_allclose(np.asarray(a), r, atol=5e-5 * np.abs(r).max(), rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(a), r, atol=tol_grad * np.abs(r).max(), rtol=rtol)

@@ -189,7 +189,8 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
 
 
 # The intra-chunk products' operands for bfloat16 inputs ("tf32" or "bf16", fla's choice: half the
-# shared memory and registers; the GPU conformance passes with it, H200 2026-11-26).
+# shared memory and registers; the GPU conformance passes with it: results/h200/wave2/delta-intra,
+# calls 5 and 7, H100).
 INTRA_OPERANDS = "bf16"
 # Warps of the intra-chunk kernels (one program per chunk).
 INTRA_WARPS = {"inverse": 8, "fwd": 8, "bwd_wy": 8, "bwd_a": 8, "bwd_qk": 8}
@@ -316,6 +317,8 @@ def _intra_bwd(spec: IntraSpec, res, cts):
         grid=(n,), num_warps=INTRA_WARPS["bwd_qk"], num_stages=1, name="ejkernel_delta_intra_bwd_qk",
         **spec.consts(v=False),
     )  # fmt: skip
+    if not spec.has_g:  # g is a placeholder the kernel never writes the gradient of
+        dg = jnp.zeros_like(g)
     return dq, dk, dv, dbeta, dg
 
 
@@ -323,10 +326,10 @@ _intra.defvjp(_intra_fwd, _intra_bwd)
 
 
 def intra_chunk_supported(c: M.Chunks) -> bool:
-    """Whether :func:`triton_intra_chunk` takes these chunks: a power-of-two chunk of at least 16
-    rows (any gate: none, scalar, or per key channel)."""
+    """Whether :func:`triton_intra_chunk` takes these chunks: a power-of-two chunk of 16 to 256
+    rows (``_intra._unit_lower_inverse``'s doublings; any gate: none, scalar, or per key channel)."""
     size = c.k.shape[-2]
-    return size >= 16 and size & (size - 1) == 0
+    return 16 <= size <= 256 and size & (size - 1) == 0
 
 
 def triton_intra_chunk(c: M.Chunks, dtype: Any) -> M.Intra:

@@ -1,7 +1,8 @@
 """The delta rule's intra-chunk WY transform in Triton: what
 :func:`ejkernel.ops.families.delta_rule_math.intra_chunk` does in JAX, one program per chunk: the
 inverse ``M`` in a kernel of its own (kept for the backward), then the forward's products; the
-gradient in two kernels (through W, U, T, M and A; then through Aqk, Qg, Kg and glast). fla's
+gradient in three kernels (through W, U and T to ``dA``; through ``A``; then through Aqk, Qg, Kg
+and glast; the per-channel WY part in one). fla's
 ``chunk_scaled_dot_kkt`` + ``solve_tril``, ``recompute_w_u``, ``prepare_wy_repr_bwd`` and the
 gate terms of ``chunk_bwd_dqkwg``. A scalar gate or none (``*_kernel``) and a per-key-channel gate
 (``*_pc_kernel``, KDA; not used by the op yet: they spill at head dim 128).
@@ -20,7 +21,7 @@ the ``exp``: exact for any decay), ``S = K Kᵀ``:
 Inputs are the chunked float32 ``[N, C, ·]`` of ``delta_rule_math.to_chunks`` flattened over
 ``(R, HV, NC)``; W, U, Aqk, Qg and Kg are stored in their arrays' dtype (the inter-chunk kernels'),
 ``M`` and ``glast`` in float32; products as ``OPS`` (``_linear._kernel._fdot``): exact float32 for
-float32 inputs, else ``_call.INTRA_OPERANDS``.
+float32 inputs, ``_call.INTRA_OPERANDS`` for bfloat16, TF32 for float16.
 """
 
 from __future__ import annotations
@@ -248,8 +249,8 @@ def delta_intra_bwd_qk_kernel(
 
 # -- a per-channel gate (KDA): E_ijd = exp(G_id − G_jd) -------------------------------------------
 # The pair sums Σ_d x_id y_jd E_ijd are the linear-attention kernels' intra-chunk scores
-# (``_linear._kernel._gate_scores``: one float32 product factored through the chunk's middle row
-# within ``SPAN``, else column by column) and their gradients (``_intra_dqk``): with ``P`` the
+# (``_linear._kernel._gate_scores``: one product, as ``GPREC``, factored through the chunk's
+# middle row within ``SPAN``, else column by column) and their gradients (``_intra_dqk``): with ``P`` the
 # gradient of such a pair sum, ``row_i = Σ_j P_ij y_j ⊙ E_ij`` and ``col_j = Σ_i P_ij x_i ⊙ E_ij``
 # give ``dx += row``, ``dy += col`` and the gate ``dG += x ⊙ row − y ⊙ col``.
 

@@ -80,16 +80,15 @@ class TritonDeltaRule(KernelImpl):
                 args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
                 scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=cfg.chunk_size or CHUNK,
             )  # fmt: skip
-            # 16-bit inputs: the intra-chunk products on TF32 tensor cores (finer than the
-            # inputs; the HIGHEST-precision float32 products made the JAX part ~3x the kernels').
             ieee = jnp.dtype(args.value.dtype) == jnp.float32
             # A scalar gate or none: the Triton WY kernels. A per-channel gate (KDA): JAX's
             # transform; the per-channel kernels (_intra.*_pc_kernel) spill at head dim 128 and
             # ran KDA at 14.3 / 53.6 ms fwd / fwd+bwd against 11.0 / 31.2 through JAX (H100,
-            # B4 T4096 H16 D128 bf16; benchmarks/results/h200/wave2/delta-intra).
+            # B4 T4096 H16 D128 bf16; benchmarks/results/h200/wave2/delta-intra: call 3 in its
+            # README, call 8's jsonl).
             if intra_chunk_supported(c) and (c.g is None or c.g.shape[-1] == 1):
                 intra = triton_intra_chunk(c, args.value.dtype)
-            else:
+            else:  # 16-bit inputs: TF32 products (finer than the inputs; HIGHEST ran ~3x slower)
                 intra = M.intra_chunk(c, M.HIGHEST if ieee else None)
             o, final = triton_delta_rule(
                 c, intra, jnp.dtype(args.value.dtype),

@@ -11,8 +11,8 @@ is its inclusive cumulative sum from the chunk's start (``tl.cumsum``), ``G_C`` 
 - ``linear_fwd_h_kernel``: per (sequence, head, K tile, V tile), the chunk-state recurrence
   ``S ← diag(exp(G_C)) S + (k ⊙ exp(G_C − G))ᵀ v``, storing the state entering every chunk.
 - ``linear_fwd_o_kernel``: per (chunk, head), ``o = (q ⊙ exp(G)) S_in + A v`` (V tiles in turn) with the
-  intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``): one float32
-  product ``(q e^{G − G_r}) (k e^{G_r − G})ᵀ`` factored through the chunk's middle row ``r`` when
+  intra-chunk scores ``A[t, s] = Σ_i q_t,i k_s,i exp(G_t,i − G_s,i)`` (``s <= t``): one product
+  (``FPREC``) ``(q e^{G − G_r}) (k e^{G_r − G})ᵀ`` factored through the chunk's middle row ``r`` when
   every ``|G − G_r| <= SPAN`` (30 nats: no factor or product overflows), else built column by
   column, every exponent spanning positions ``s..t`` only (exact for any decay; factoring through
   the chunk's start overflows once a chunk decays by ~88 nats). A scalar gate (``SCALAR``: one
@@ -108,9 +108,9 @@ def linear_fwd_h_kernel(
 # The intra-chunk products factor through the chunk's middle row r when every exponent of the
 # factors stays within +-SPAN (per channel, |G_t - G_r| <= SPAN): e^(G_t - G_s) = e^(G_t - G_r)
 # e^(G_r - G_s), each factor and every product of two (<= e^(2 SPAN) ~ 1e26, also for the pairs
-# s > t that are masked afterwards) finite in float32. Those chunks take one float32 product
-# (``input_precision="ieee"``: exact float32 arithmetic, no rounding to a 16-bit type) instead of
-# BT column steps; a chunk that decays more (or grows: gates may be positive) keeps the column
+# s > t that are masked afterwards) finite in float32. Those chunks take one product of float32
+# factors (``_fdot``: exact float32 for float32 inputs, TF32 for 16-bit ones) instead of BT column
+# steps; a chunk that decays more (or grows: gates may be positive) keeps the column
 # steps, whose every exponent spans positions s..t only.
 SPAN = tl.constexpr(30.0)
 
