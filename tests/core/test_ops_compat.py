@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import re
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -241,13 +242,25 @@ def test_kernel_keywords_named_like_the_executors_internals(executor):
     np.testing.assert_allclose(out, [4.0, 4.0])
 
 
+def _sleep_then(y):
+    time.sleep(SLOW_CALL_S)
+    return y
+
+
+SLOW_CALL_S = 0.005  # the slow candidate's host pause per call: ~50x a 128x128 matmul on a CPU
+
+
 class SlowOrFast(Kernel[MyConfig, jax.Array]):
-    """Candidate "slow" does 40 matmuls, "fast" one: tuning must pick "fast"."""
+    """Candidate "slow" pauses ``SLOW_CALL_S`` on the host each call (a callback in the program,
+    data-dependent so it runs every iteration of the timing loop), "fast" does one matmul: tuning
+    must pick "fast". A pause, not more matmuls: 40 matmuls against one was flipped once by CPU
+    load under ``pytest -n auto`` on 2 cores, while a sleep's time cannot be taken by another
+    worker."""
 
     def run(self, x, *, cfg):
-        y = x
-        for _ in range(40 if cfg.algorithm == "slow" else 1):
-            y = jnp.tanh(y @ y)
+        y = jnp.tanh(x @ x)
+        if cfg.algorithm == "slow":
+            y = jax.pure_callback(_sleep_then, jax.ShapeDtypeStruct(y.shape, y.dtype), y)
         return y
 
     def heuristic_cfg(self, inv):
