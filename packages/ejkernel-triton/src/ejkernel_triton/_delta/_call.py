@@ -3,8 +3,8 @@
 
 Forward: ``delta_fwd_h_kernel`` (states entering each chunk, corrected values, final states),
 then ``delta_fwd_o_kernel``. Backward: ``delta_bwd_dh_kernel`` (the reverse state-gradient walk,
-``dV'``, ``dh0``), then the per-chunk contractions ``dQg = dO Sᵀ``, ``dW = -dV' Sᵀ``,
-``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS``, ``dAqk = dO V'ᵀ`` as batched matmuls. The
+``dV'``, ``dh0``), then ``delta_bwd_dqkw_kernel``: the per-chunk products ``dQg = dO Sᵀ``,
+``dW = -dV' Sᵀ``, ``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS``, ``dAqk = dO V'ᵀ``. The
 intra-chunk part upstream of it: :func:`triton_intra_chunk` (the ``_intra`` kernels, their own
 ``jax.custom_vjp``) or JAX's ``delta_rule_math.intra_chunk``.
 """
@@ -33,9 +33,18 @@ from ._intra import (
     delta_intra_inverse_kernel,
     delta_intra_inverse_pc_kernel,
 )
-from ._kernel import delta_bwd_dh_kernel, delta_fwd_h_kernel, delta_fwd_o_kernel
+from ._kernel import delta_bwd_dh_kernel, delta_bwd_dqkw_kernel, delta_fwd_h_kernel, delta_fwd_o_kernel
 
 F32 = jnp.float32
+# The inter backward's per-chunk products (delta_bwd_dqkw_kernel): 64 key channels per program
+# (three [C, 64] float32 accumulators and the [C, C] one of dAqk), value steps of up to 64.
+DQKW_BLOCK_K = 64
+DQKW_BLOCK_V = 64
+DQKW_WARPS = 4
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,12 +127,14 @@ def _inter_bwd(spec: Spec, res, cts):
     do, dfinal = cts
     dt = w.dtype
     do = do.astype(dt)
+    # The state gradients and dV' in the inputs' dtype (fla's): the products below take them as
+    # tensor-core operands in that dtype anyway.
     dstates, dvn, dh0 = launch(
         delta_bwd_dh_kernel,
         qg, kg, w, gl, aqk, do, dfinal.astype(F32), *_ids(spec, flags), spec.nc, spec.hv,
         out_shape=[
-            jax.ShapeDtypeStruct((spec.rh, spec.nc, spec.k, spec.v), F32),
-            jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), F32),
+            jax.ShapeDtypeStruct((spec.rh, spec.nc, spec.k, spec.v), dt),
+            jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
         grid=(spec.rh, -(-spec.v // spec.block_v)),
@@ -134,22 +145,23 @@ def _inter_bwd(spec: Spec, res, cts):
         VARLEN=spec.varlen,
         **spec.common(dt),
     )  # fmt: skip
-    prec = jax.lax.Precision.HIGHEST if jnp.dtype(dt) == F32 else None
-    shape = (spec.rh, spec.nc, spec.c)
-    s, ds = states.astype(F32), dstates
-    do5 = do.astype(F32).reshape(*shape, spec.v)
-    vn5 = vn.astype(F32).reshape(*shape, spec.v)
-    dvn5 = dvn.reshape(*shape, spec.v)
-    flat = lambda x: x.reshape(spec.rh, spec.nc * spec.c, x.shape[-1])  # noqa: E731
-    dqg = flat(jnp.einsum("rncv,rnkv->rnck", do5, s, precision=prec))
-    dw = -flat(jnp.einsum("rncv,rnkv->rnck", dvn5, s, precision=prec))
-    dkg = flat(jnp.einsum("rncv,rnkv->rnck", vn5, ds, precision=prec))
-    dgl = jnp.sum(s * ds, axis=-1)
-    daqk = flat(jnp.einsum("rniv,rnjv->rnij", do5, vn5, precision=prec))
-    grads = (dw, dvn, dkg, dgl, dqg, daqk, dh0 if spec.has_h0 else None)
-    primals = (w, u, kg, gl, qg, aqk, h0)
-    out = tuple(None if g is None else g.astype(p.dtype) for g, p in zip(grads, primals, strict=True))
-    return (*out, None)
+    bk = min(spec.bk, DQKW_BLOCK_K)
+    common = spec.common(dt) | dict(BK=bk, BV=min(DQKW_BLOCK_V, _pow2(spec.v)))
+    dqg, dw, dkg, dgl, daqk = launch(
+        delta_bwd_dqkw_kernel,
+        do, vn, dvn, states, dstates, spec.nc,
+        out_shape=[
+            jax.ShapeDtypeStruct(qg.shape, qg.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype),
+            jax.ShapeDtypeStruct(kg.shape, kg.dtype), jax.ShapeDtypeStruct(gl.shape, F32),
+            jax.ShapeDtypeStruct(aqk.shape, aqk.dtype),
+        ],
+        grid=(spec.nc, -(-spec.k // bk), spec.rh),
+        num_warps=DQKW_WARPS,
+        num_stages=spec.num_stages,
+        name="ejkernel_delta_bwd_dqkw",
+        **common,
+    )  # fmt: skip
+    return (dw, dvn.astype(u.dtype), dkg, dgl.astype(gl.dtype), dqg, daqk, dh0 if spec.has_h0 else None, None)
 
 
 _inter.defvjp(_inter_fwd, _inter_bwd)

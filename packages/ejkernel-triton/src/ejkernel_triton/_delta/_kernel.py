@@ -136,13 +136,13 @@ def delta_bwd_dh_kernel(
             s_id = tl.load(seq + i_c).to(tl.int64)
             b_fin = tl.load(dfinal + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
             b_ds = tl.where(e != 0, b_fin, b_ds)
-        tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds, mask=m_kv)
+        tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds.to(dstates.dtype.element_ty), mask=m_kv)
         rows = i_rh * L + t0 + o_c
         b_do = tl.load(do + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]
         b_a = tl.load(aqk + rows[:, None] * C + o_c[None, :])  # [C, C]
         b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
         b_dvn = _dot(tl.trans(b_a), b_do.to(dt), IEEE) + _dot(b_kg, b_ds.to(dt), IEEE)  # [C, BV]
-        tl.store(dvn + rows[:, None] * V + o_v[None, :], b_dvn, mask=m_v[None, :])
+        tl.store(dvn + rows[:, None] * V + o_v[None, :], b_dvn.to(dvn.dtype.element_ty), mask=m_v[None, :])
         b_q = tl.load(qg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
         b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
         b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
@@ -152,3 +152,54 @@ def delta_bwd_dh_kernel(
             tl.store(dh0 + (s_id * HV + i_h) * K * V + p_state, b_ds, mask=m_kv & (f != 0))
     if not VARLEN:
         tl.store(dh0 + i_rh * K * V + p_state, b_ds, mask=m_kv)
+
+
+@triton.jit
+def delta_bwd_dqkw_kernel(
+    do, vn, dvn, states, dstates, NC,
+    dqg, dw, dkg, dgl, daqk,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """The per-chunk products of the inter backward, one program per (chunk, key block, head
+    row), walking the value dim ``BV`` columns at a time: ``dQg = dO Sᵀ``, ``dW = -dV' Sᵀ``,
+    ``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS`` over its ``BK`` key channels, and (the first
+    key block only) ``dAqk = dO V'ᵀ``. ``S``/``dS``: the states entering / the gradient of the
+    state leaving each chunk."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_k = tl.program_id(1)
+    i_rh = tl.program_id(2).to(tl.int64)
+    o_c = tl.arange(0, C)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    rows = i_rh * NC * C + i_c * C + o_c
+    p_state = (i_rh * NC + i_c) * K * V + o_k[:, None] * V
+    dt = do.dtype.element_ty
+    b_dq = tl.zeros([C, BK], dtype=tl.float32)
+    b_dw = tl.zeros([C, BK], dtype=tl.float32)
+    b_dk = tl.zeros([C, BK], dtype=tl.float32)
+    b_dgl = tl.zeros([BK], dtype=tl.float32)
+    b_da = tl.zeros([C, C], dtype=tl.float32)
+    for v0 in range(0, V, BV):
+        o_v = v0 + tl.arange(0, BV)
+        m_v = o_v < V
+        m_kv = m_k[:, None] & m_v[None, :]
+        p_cv = rows[:, None] * V + o_v[None, :]
+        b_do = tl.load(do + p_cv, mask=m_v[None, :], other=0.0)  # [C, BV]
+        b_vn = tl.load(vn + p_cv, mask=m_v[None, :], other=0.0).to(dt)
+        b_dvn = tl.load(dvn + p_cv, mask=m_v[None, :], other=0.0).to(dt)
+        b_s = tl.load(states + p_state + o_v[None, :], mask=m_kv, other=0.0).to(dt)  # [BK, BV]
+        b_ds = tl.load(dstates + p_state + o_v[None, :], mask=m_kv, other=0.0).to(dt)
+        b_st = tl.trans(b_s)
+        b_dq += _dot(b_do, b_st, IEEE)
+        b_dw -= _dot(b_dvn, b_st, IEEE)
+        b_dk += _dot(b_vn, tl.trans(b_ds), IEEE)
+        b_dgl += tl.sum(b_s.to(tl.float32) * b_ds.to(tl.float32), axis=1)
+        if i_k == 0:
+            b_da += _dot(b_do, tl.trans(b_vn), IEEE)
+    p_ck = rows[:, None] * K + o_k[None, :]
+    tl.store(dqg + p_ck, b_dq.to(dqg.dtype.element_ty), mask=m_k[None, :])
+    tl.store(dw + p_ck, b_dw.to(dw.dtype.element_ty), mask=m_k[None, :])
+    tl.store(dkg + p_ck, b_dk.to(dkg.dtype.element_ty), mask=m_k[None, :])
+    tl.store(dgl + (i_rh * NC + i_c) * K + o_k, b_dgl, mask=m_k)
+    if i_k == 0:
+        tl.store(daqk + rows[:, None] * C + o_c[None, :], b_da.to(daqk.dtype.element_ty))
