@@ -234,14 +234,16 @@ def delta(rec: Recorder, tiny: bool) -> None:
     do = jax.random.normal(ks[5], (b, t, h, d), jnp.bfloat16)
     shape = f"b{b} t{t} h{h} d{d}"
 
-    def chunks(q, k, v, beta, g):
-        return M.to_chunks(q, k, v, beta, g[..., None], None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64)
+    def chunks(q, k, v, beta, g, dtype=jnp.float32):
+        return M.to_chunks(
+            q, k, v, beta, g[..., None], None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64, dtype=dtype
+        )
 
     def intra(q, k, v, beta, g, precision=M.HIGHEST):
         return M.intra_chunk(chunks(q, k, v, beta, g), precision)
 
     def tintra(q, k, v, beta, g):
-        return triton_intra_chunk(chunks(q, k, v, beta, g), jnp.bfloat16)
+        return triton_intra_chunk(chunks(q, k, v, beta, g, jnp.bfloat16), jnp.bfloat16)
 
     x0 = jax.jit(intra)(q, k, v, beta, g)
     cot = jax.tree.map(lambda a: jnp.ones_like(a) * 0.5, x0)
@@ -271,6 +273,8 @@ def delta(rec: Recorder, tiny: bool) -> None:
 
     f = {"shape": shape}
     rec.time("delta", "to_chunks (layout)", lambda *a: tuple(chunks(*a))[:6], (q, k, v, beta, g), **f)
+    bf16_layout = lambda *a: tuple(chunks(*a, jnp.bfloat16))[:6]  # noqa: E731
+    rec.time("delta", "to_chunks (layout, bf16 q k v)", bf16_layout, (q, k, v, beta, g), **f)
     rec.time("delta", "to_chunks + intra_chunk fwd", intra, (q, k, v, beta, g), **f)
     rec.time("delta", "to_chunks + intra_chunk fwd+bwd", intra_fb, (q, k, v, beta, g), **f)
     tf32 = functools.partial(intra, precision=None)
@@ -289,7 +293,7 @@ def delta(rec: Recorder, tiny: bool) -> None:
 
     def composed(q, k, v, g, beta, do=None, *, triton_intra):
         def f(q, k, v, g, beta):
-            c = chunks(q, k, v, beta, g)
+            c = chunks(q, k, v, beta, g, jnp.bfloat16 if triton_intra else jnp.float32)
             x = triton_intra_chunk(c, jnp.bfloat16) if triton_intra else M.intra_chunk(c, None)
             o, _ = triton_delta_rule(
                 c, x, jnp.dtype(jnp.bfloat16), block_v=DI.BLOCK_V, num_warps=DI.NUM_WARPS, num_stages=DI.NUM_STAGES

@@ -98,8 +98,8 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
     ``delta_rule_math.intra_chunk`` in float32: every output (W, U, Aqk, Qg, Kg, glast) and the
     VJP of a random cotangent into q, k, v, β and the gate; odd head dims (masked tiles), a
     padded last chunk, decays up to ~3 nats per token (chunk totals past e^-40), β in (0, 1).
-    ``float16``: the kernels as 16-bit inputs run them (TF32 products and inverse, outputs stored
-    and cotangents read in float16), at float16 tolerances."""
+    ``float16``: the kernels as 16-bit inputs run them (q, k, v chunked in float16, TF32 products
+    and inverse, outputs stored and cotangents read in float16), at float16 tolerances."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -120,25 +120,26 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
         scale = np.asarray([0.1, 6.0])[:, None]  # chunks past 30 nats: column by column
         g = jnp.asarray(-np.abs(rng.standard_normal((b, t, h, dk))) * scale, jnp.float32)
 
-    def chunks(q, k, v, beta, g):
-        return M.to_chunks(q, k, v, beta, g, None, None, scale=dk**-0.5, use_qk_l2norm=True, chunk=chunk)
+    def chunks(q, k, v, beta, g, dtype=jnp.float32):
+        return M.to_chunks(q, k, v, beta, g, None, None, scale=dk**-0.5, use_qk_l2norm=True, chunk=chunk, dtype=dtype)
 
     args = (q, k, v, beta) + ((g,) if g is not None else ())
 
-    def run(fn):
+    def run(fn, dtype=jnp.float32):
         def f(q, k, v, beta, *rest):
-            c = chunks(q, k, v, beta, rest[0] if rest else None)
+            c = chunks(q, k, v, beta, rest[0] if rest else None, dtype)
             return tuple(fn(c))
 
         out, vjp = jax.vjp(f, *args)
         cot = tuple(jnp.asarray(rng.standard_normal(o.shape), jnp.float32).astype(o.dtype) for o in out)
         return out, vjp(cot)
 
-    assert D.intra_chunk_supported(chunks(*args[:4], g))
+    assert D.intra_chunk_supported(chunk)
     # float32: exact products; float16: TF32 products and 16-bit outputs (a few 1e-3 relative)
     tol_out, tol_grad, rtol = (2e-5, 5e-5, 1e-4) if dtype == "float32" else (4e-3, 1e-2, 1e-2)
     rng_state = rng.bit_generator.state
-    out_t, grads_t = run(lambda c: D.triton_intra_chunk(c, jnp.dtype(dtype)))
+    # q, k, v chunked at the op's width, as the op runs the kernels (converted on load)
+    out_t, grads_t = run(lambda c: D.triton_intra_chunk(c, jnp.dtype(dtype)), jnp.dtype(dtype))
     rng.bit_generator.state = rng_state  # the same cotangents
     out_r, grads_r = run(lambda c: M.intra_chunk(c))
     for name, a, r in zip(M.Intra._fields, out_t, out_r, strict=True):

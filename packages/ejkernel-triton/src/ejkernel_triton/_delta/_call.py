@@ -119,11 +119,11 @@ def _inter(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
 
 def _inter_fwd(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
     out, (states, vn) = _forward(spec, w, u, kg, gl, qg, aqk, h0, flags)
-    return out, (w, u, kg, gl, qg, aqk, h0, flags, states, vn)
+    return out, (w, kg, gl, qg, aqk, flags, states, vn)
 
 
 def _inter_bwd(spec: Spec, res, cts):
-    w, u, kg, gl, qg, aqk, h0, flags, states, vn = res
+    w, kg, gl, qg, aqk, flags, states, vn = res
     do, dfinal = cts
     dt = w.dtype
     do = do.astype(dt)
@@ -161,7 +161,8 @@ def _inter_bwd(spec: Spec, res, cts):
         name="ejkernel_delta_bwd_dqkw",
         **common,
     )  # fmt: skip
-    return (dw, dvn.astype(u.dtype), dkg, dgl.astype(gl.dtype), dqg, daqk, dh0 if spec.has_h0 else None, None)
+    # dV' is dU's (u is in the kernels' dtype, as w); dh0 is float32 as h0
+    return (dw, dvn, dkg, dgl, dqg, daqk, dh0 if spec.has_h0 else None, None)
 
 
 _inter.defvjp(_inter_fwd, _inter_bwd)
@@ -293,7 +294,7 @@ def _intra_bwd(spec: IntraSpec, res, cts):
         dk_wy, dv, dbeta, dg_wy = launch(
             delta_intra_bwd_wy_pc_kernel, k, v, beta, g, m, dw, du,
             out_shape=[
-                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
+                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
                 jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
             ],
             grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
@@ -303,7 +304,7 @@ def _intra_bwd(spec: IntraSpec, res, cts):
         dk_t, dv, db_t, dg_t, da = launch(
             delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du,
             out_shape=[
-                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), F32),
+                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
                 jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
                 jax.ShapeDtypeStruct((n, c, c), F32),
             ],
@@ -323,7 +324,7 @@ def _intra_bwd(spec: IntraSpec, res, cts):
     dq, dk, dg = launch(
         qk, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
         out_shape=[
-            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, kd), F32),
+            jax.ShapeDtypeStruct((n, c, kd), q.dtype), jax.ShapeDtypeStruct((n, c, kd), k.dtype),
             jax.ShapeDtypeStruct(g.shape, F32),
         ],
         grid=(n,), num_warps=INTRA_WARPS["bwd_qk"], num_stages=1, name="ejkernel_delta_intra_bwd_qk",
@@ -337,10 +338,9 @@ def _intra_bwd(spec: IntraSpec, res, cts):
 _intra.defvjp(_intra_fwd, _intra_bwd)
 
 
-def intra_chunk_supported(c: M.Chunks) -> bool:
-    """Whether :func:`triton_intra_chunk` takes these chunks: a power-of-two chunk of 16 to 256
-    rows (``_intra._unit_lower_inverse``'s doublings; any gate: none, scalar, or per key channel)."""
-    size = c.k.shape[-2]
+def intra_chunk_supported(size: int) -> bool:
+    """Whether :func:`triton_intra_chunk` takes chunks of ``size`` rows: a power of two from 16
+    to 256 (``_intra._unit_lower_inverse``'s doublings; any gate: none, scalar, or per key channel)."""
     return 16 <= size <= 256 and size & (size - 1) == 0
 
 

@@ -18,8 +18,10 @@ the ``exp``: exact for any decay), ``S = K Kᵀ``:
   and ``Kg``; the gate from every ``E`` (``dG_i += Σ_j dA_ij A_ij``, ``dG_j −= ...``), ``e^G``
   and ``e^{G_C}``, then ``dg`` the reverse cumulative sum of ``dG``.
 
-Inputs are the chunked float32 ``[N, C, ·]`` of ``delta_rule_math.to_chunks`` flattened over
-``(R, HV, NC)``; W, U, Aqk, Qg and Kg are stored in their arrays' dtype (the inter-chunk kernels'),
+Inputs are the chunks ``[N, C, ·]`` of ``delta_rule_math.to_chunks`` flattened over ``(R, HV, NC)``
+(q, k, v in the op's dtype or float32, converted to float32 on load; β and the gate float32), and
+their gradients are written in the same dtypes; W, U, Aqk, Qg and Kg are stored in their arrays'
+dtype (the inter-chunk kernels'),
 ``M`` and ``glast`` in float32; products as ``OPS`` (``_linear._kernel._fdot``): exact float32 for
 float32 inputs, ``_call.INTRA_OPERANDS`` for bfloat16, TF32 for float16.
 """
@@ -98,7 +100,7 @@ def delta_intra_inverse_kernel(
     o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
     rows = i * C + o_c
-    b_k = tl.load(k + rows[:, None] * K + o_k[None, :], mask=(o_k < K)[None, :], other=0.0)
+    b_k = tl.load(k + rows[:, None] * K + o_k[None, :], mask=(o_k < K)[None, :], other=0.0).to(tl.float32)
     b_b = tl.load(beta + rows)
     b_G, _ = _load_gate(g, rows, o_c, C, HAS_G)
     b_A = _dot(b_k, tl.trans(b_k), OPS) * _decay(b_G, o_c, True) * b_b[:, None]
@@ -125,11 +127,13 @@ def delta_intra_fwd_kernel(
     b_G, b_Gl = _load_gate(g, rows, o_c, C, HAS_G)
     b_eG = tl.exp(b_G)
     b_T = tl.load(m + rows[:, None] * C + o_c[None, :]) * b_b[None, :]
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     tl.store(w + p_k, _dot(b_T, b_k * b_eG[:, None], OPS).to(w.dtype.element_ty), mask=m_k)
-    tl.store(u + p_v, _dot(b_T, tl.load(v + p_v, mask=m_v, other=0.0), OPS).to(u.dtype.element_ty), mask=m_v)
+    tl.store(
+        u + p_v, _dot(b_T, tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32), OPS).to(u.dtype.element_ty), mask=m_v
+    )
     tl.store(kg + p_k, (b_k * tl.exp(b_Gl - b_G)[:, None]).to(kg.dtype.element_ty), mask=m_k)
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0)
+    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_aqk = _dot(b_q, tl.trans(b_k), OPS) * _decay(b_G, o_c, False)
     tl.store(aqk + rows[:, None] * C + o_c[None, :], b_aqk.to(aqk.dtype.element_ty))
     tl.store(qg + p_k, (b_q * b_eG[:, None]).to(qg.dtype.element_ty), mask=m_k)
@@ -163,9 +167,9 @@ def delta_intra_bwd_wy_kernel(
     b_T = b_M * b_b[None, :]
     # U = T V, then W = T Kd (each pair of [C, ·] tiles dead after its products)
     b_du = tl.load(du + p_v, mask=m_v, other=0.0).to(tl.float32)
-    b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0)), OPS)
-    tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS), mask=m_v)
-    b_kd = tl.load(k + p_k, mask=m_k, other=0.0) * b_eG[:, None]
+    b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32)), OPS)
+    tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS).to(dv.dtype.element_ty), mask=m_v)
+    b_kd = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32) * b_eG[:, None]
     b_dw = tl.load(dw + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_dT += _dot(b_dw, tl.trans(b_kd), OPS)
     b_dkd = _dot(tl.trans(b_T), b_dw, OPS)
@@ -193,7 +197,7 @@ def delta_intra_bwd_a_kernel(
     m_k = (o_k < K)[None, :]
     b_b = tl.load(beta + rows)
     b_G, _ = _load_gate(g, rows, o_c, C, HAS_G)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_Es = _decay(b_G, o_c, True)
     b_SE = _dot(b_k, tl.trans(b_k), OPS) * b_Es  # S ⊙ E, strictly lower
     b_dA = tl.load(da + rows[:, None] * C + o_c[None, :])
@@ -220,8 +224,8 @@ def delta_intra_bwd_qk_kernel(
     rows = i * C + o_c
     p_k = rows[:, None] * K + o_k[None, :]
     m_k = (o_k < K)[None, :]
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_G, b_Gl = _load_gate(g, rows, o_c, C, HAS_G)
     b_eG = tl.exp(b_G)
     # Aqk = (Q Kᵀ) ⊙ E, causal
@@ -241,8 +245,8 @@ def delta_intra_bwd_qk_kernel(
     b_dG -= b_x
     b_dGl = tl.sum(b_x, axis=0) + tl.load(dglast + i) * tl.exp(b_Gl)
     b_dG += tl.where(o_c == C - 1, b_dGl, 0.0)
-    tl.store(dq + p_k, b_dq, mask=m_k)
-    tl.store(dk + p_k, b_dk, mask=m_k)
+    tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_k)
+    tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_k)
     if HAS_G:  # G = cumsum(g): dg_t = Σ_{i >= t} dG_i
         tl.store(dg + rows, tl.cumsum(b_dG, axis=0, reverse=True))
 
@@ -274,7 +278,7 @@ def delta_intra_inverse_pc_kernel(
     rows = i * C + o_c
     p_k = rows[:, None] * K + o_k[None, :]
     m_k = (o_k < K)[None, :]
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_b = tl.load(beta + rows)
     b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)  # [C, BK]
     b_A = tl.where(o_c[:, None] > o_c[None, :], _gate_scores(b_k, b_k, b_G, o_c, C, GPREC), 0.0) * b_b[:, None]
@@ -299,14 +303,16 @@ def delta_intra_fwd_pc_kernel(
     m_v = (o_v < V)[None, :]
     b_b = tl.load(beta + rows)
     b_T = tl.load(m + rows[:, None] * C + o_c[None, :]) * b_b[None, :]
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)  # [C, BK]
     b_Gl = _last_row(b_G, o_c, C)
     b_eG = tl.exp(b_G)
     tl.store(w + p_k, _dot(b_T, b_k * b_eG, OPS).to(w.dtype.element_ty), mask=m_k)
-    tl.store(u + p_v, _dot(b_T, tl.load(v + p_v, mask=m_v, other=0.0), OPS).to(u.dtype.element_ty), mask=m_v)
+    tl.store(
+        u + p_v, _dot(b_T, tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32), OPS).to(u.dtype.element_ty), mask=m_v
+    )
     tl.store(kg + p_k, (b_k * tl.exp(b_Gl[None, :] - b_G)).to(kg.dtype.element_ty), mask=m_k)
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0)
+    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_aqk = _gate_scores(b_q, b_k, b_G, o_c, C, GPREC)
     tl.store(aqk + rows[:, None] * C + o_c[None, :], b_aqk.to(aqk.dtype.element_ty))
     tl.store(qg + p_k, (b_q * b_eG).to(qg.dtype.element_ty), mask=m_k)
@@ -335,9 +341,9 @@ def delta_intra_bwd_wy_pc_kernel(
     b_T = b_M * b_b[None, :]
     # U = T V, then W = T Kd (each pair of [C, ·] tiles dead after its products)
     b_du = tl.load(du + p_v, mask=m_v, other=0.0).to(tl.float32)
-    b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0)), OPS)
-    tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS), mask=m_v)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32)), OPS)
+    tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS).to(dv.dtype.element_ty), mask=m_v)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)
     b_eG = tl.exp(b_G)
     b_kd = b_k * b_eG
@@ -374,8 +380,8 @@ def delta_intra_bwd_qk_pc_kernel(
     rows = i * C + o_c
     p_k = rows[:, None] * K + o_k[None, :]
     m_k = (o_k < K)[None, :]
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0)
+    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
     b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)
     b_Gl = _last_row(b_G, o_c, C)
     b_eG = tl.exp(b_G)
@@ -398,6 +404,6 @@ def delta_intra_bwd_qk_pc_kernel(
     b_dG -= b_x
     b_dGl = tl.sum(b_x, axis=0) + tl.load(dglast + i * K + o_k, mask=o_k < K, other=0.0) * tl.exp(b_Gl)
     b_dG += tl.where((o_c == C - 1)[:, None], b_dGl[None, :], 0.0)
-    tl.store(dq + p_k, b_dq, mask=m_k)
-    tl.store(dk + p_k, b_dk, mask=m_k)
+    tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_k)
+    tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_k)
     tl.store(dg + p_k, tl.cumsum(b_dG, axis=0, reverse=True), mask=m_k)

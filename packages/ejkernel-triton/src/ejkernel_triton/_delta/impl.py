@@ -76,20 +76,24 @@ class TritonDeltaRule(KernelImpl):
         else:
             from ._call import intra_chunk_supported, triton_delta_rule, triton_intra_chunk
 
+            chunk = cfg.chunk_size or CHUNK
+            dtype = jnp.dtype(args.value.dtype)
+            # A scalar gate or none: the Triton WY kernels, which read q, k, v at the op's width
+            # (converting on load). A per-channel gate (KDA): JAX's transform on float32 chunks;
+            # the per-channel kernels (_intra.*_pc_kernel) spill at head dim 128 and ran KDA at
+            # 14.3 / 53.6 ms fwd / fwd+bwd against 11.0 / 31.2 through JAX (H100, B4 T4096 H16
+            # D128 bf16; benchmarks/results/h200/wave2/delta-intra: call 3 in its README, call
+            # 8's jsonl).
+            triton_intra = intra_chunk_supported(chunk) and (args.gate is None or args.gate.shape[-1] == 1)
             c = M.to_chunks(
                 args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
-                scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=cfg.chunk_size or CHUNK,
+                scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=chunk,
+                dtype=dtype if triton_intra else jnp.float32,
             )  # fmt: skip
-            ieee = jnp.dtype(args.value.dtype) == jnp.float32
-            # A scalar gate or none: the Triton WY kernels. A per-channel gate (KDA): JAX's
-            # transform; the per-channel kernels (_intra.*_pc_kernel) spill at head dim 128 and
-            # ran KDA at 14.3 / 53.6 ms fwd / fwd+bwd against 11.0 / 31.2 through JAX (H100,
-            # B4 T4096 H16 D128 bf16; benchmarks/results/h200/wave2/delta-intra: call 3 in its
-            # README, call 8's jsonl).
-            if intra_chunk_supported(c) and (c.g is None or c.g.shape[-1] == 1):
-                intra = triton_intra_chunk(c, args.value.dtype)
+            if triton_intra:
+                intra = triton_intra_chunk(c, dtype)
             else:  # 16-bit inputs: TF32 products (finer than the inputs; HIGHEST ran ~3x slower)
-                intra = M.intra_chunk(c, M.HIGHEST if ieee else None)
+                intra = M.intra_chunk(c, None if dtype != jnp.float32 else M.HIGHEST)
             o, final = triton_delta_rule(
                 c, intra, jnp.dtype(args.value.dtype),
                 block_v=cfg.block_v or BLOCK_V, num_warps=cfg.num_warps or NUM_WARPS,

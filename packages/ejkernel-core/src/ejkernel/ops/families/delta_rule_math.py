@@ -34,7 +34,8 @@ HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class Chunks(NamedTuple):
-    """Chunked float32 inputs ``[R, HV, NC, C, ...]`` and how to undo the layout."""
+    """Chunked inputs ``[R, HV, NC, C, ...]`` (float32; q, k, v in ``to_chunks``'s ``dtype``)
+    and how to undo the layout."""
 
     q: Any  # [R, HV, NC, C, K], scaled (and normalized)
     k: Any  # [R, HV, NC, C, K]
@@ -67,16 +68,22 @@ def to_chunks(
     scale: float,
     use_qk_l2norm: bool,
     chunk: int,
+    dtype: Any = jnp.float32,
 ) -> Chunks:
-    """Canonical arguments (see :mod:`~ejkernel.ops.families.delta_rule`) → float32 chunks."""
+    """Canonical arguments (see :mod:`~ejkernel.ops.families.delta_rule`) → chunks: q, k, v
+    normalized and scaled in float32, then stored as ``dtype`` (float32 by default; a backend
+    whose kernels convert on load may keep 16-bit inputs at their width: half the bytes of this
+    layout step, one rounding, as fla's L2-norm kernel writes its input's dtype); β, the gate and
+    the states in float32."""
     f32 = jnp.float32
     b, t, h, dk = q.shape
     hv, dv = v.shape[2], v.shape[3]
     q, k, v, beta = (x.astype(f32) for x in (q, k, v, beta))
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
-    q = jnp.repeat(q * scale, hv // h, axis=2)
-    k = jnp.repeat(k, hv // h, axis=2)
+    q = jnp.repeat((q * scale).astype(dtype), hv // h, axis=2)
+    k = jnp.repeat(k.astype(dtype), hv // h, axis=2)
+    v = v.astype(dtype)
     g = gate.astype(f32) if gate is not None else None
     n = int(cu_seqlens.shape[0]) - 1 if cu_seqlens is not None else b
     h0 = jnp.zeros((n, hv, dk, dv), f32) if h0 is None else h0.astype(f32)
