@@ -59,11 +59,11 @@ def delta_fwd_h_kernel(
         if VARLEN:
             f = tl.load(first + i_c)
             s_id = tl.load(seq + i_c).to(tl.int64)
-            if HAS_H0:
-                b_init = tl.load(h0 + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
-            else:
-                b_init = tl.zeros([BK, BV], dtype=tl.float32)
-            b_s = tl.where(f != 0, b_init, b_s)
+            if f != 0:  # a branch, not a select: the serial walk loads a state only where one starts
+                if HAS_H0:
+                    b_s = tl.load(h0 + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+                else:
+                    b_s = tl.zeros([BK, BV], dtype=tl.float32)
         tl.store(states + (i_rh * NC + i_c) * K * V + p_state, b_s.to(states.dtype.element_ty), mask=m_kv)
         rows = i_rh * L + t0 + o_c  # [C]
         b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
@@ -134,8 +134,8 @@ def delta_bwd_dh_kernel(
         if VARLEN:
             e = tl.load(last + i_c)
             s_id = tl.load(seq + i_c).to(tl.int64)
-            b_fin = tl.load(dfinal + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
-            b_ds = tl.where(e != 0, b_fin, b_ds)
+            if e != 0:  # a branch: the final state's gradient is loaded only where a sequence ends
+                b_ds = tl.load(dfinal + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
         tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds.to(dstates.dtype.element_ty), mask=m_kv)
         rows = i_rh * L + t0 + o_c
         b_do = tl.load(do + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from .delta_rule import l2norm, varlen_plan
+from .packing import take_rows
 
 __all__ = ["Chunks", "Intra", "chunk_output", "from_chunks", "inter_chunk", "intra_chunk", "to_chunks"]
 
@@ -95,9 +96,7 @@ def to_chunks(
     else:
         plan = varlen_plan(cu_seqlens, t, chunk)
         nc = plan["num_chunks"]
-        src = plan["src"]
-        valid = (src >= 0)[:, None, None]
-        xs = [jnp.where(valid, x[0][jnp.maximum(src, 0)], 0)[None] for x in xs]
+        xs = [take_rows(x[0], plan["src"], plan["dst"])[None] for x in xs]
     r = xs[0].shape[0]
     xs = [jnp.moveaxis(x.reshape(r, nc, chunk, hv, x.shape[-1]), 3, 1) for x in xs]
     return Chunks(xs[0], xs[1], xs[2], xs[3][..., 0], xs[4] if g is not None else None, h0, plan, t)
@@ -213,4 +212,4 @@ def from_chunks(c: Chunks, o: Any) -> Any:
     o = jnp.moveaxis(o, 1, 3).reshape(r, nc * size, hv, dv)
     if c.plan is None:
         return o[:, : c.t]
-    return o[0][c.plan["dst"]][None]
+    return take_rows(o[0], c.plan["dst"], c.plan["src"])[None]
