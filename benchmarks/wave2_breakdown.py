@@ -15,6 +15,7 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   intra-chunk scores at any decay), as ``lightning_attention`` at layer 5 of 24 calls them.
 - ``delta`` (gated_delta_rule), B4 T4096 H16 D128 bf16: the JAX layout and intra-chunk WY
   transform, the Triton inter-chunk kernels, the whole op; forward and forward+backward.
+- ``delta_tiles``: gated_delta_rule's inter-chunk kernels (and the op) under other tiles.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -216,14 +217,8 @@ def linear_long(rec: Recorder, tiny: bool) -> None:
     rec.time("linear_long", "lightning_attention fwd+bwd (heuristic)", op_fb, (q, k, v, do), shape=shape)
 
 
-def delta(rec: Recorder, tiny: bool) -> None:
-    """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
-    transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
-    inter-chunk part, each forward and forward+backward, and the whole op."""
-    import ejkernel
-    from ejkernel.ops.families import delta_rule_math as M
-    from ejkernel_triton._delta._call import triton_delta_rule, triton_intra_chunk
-
+def _delta_inputs(tiny: bool) -> tuple[int, str, tuple[Any, ...]]:
+    """``(d, shape, (q, k, v, beta, g, do))`` of the delta sections: bf16, B4 T4096 H16 D128."""
     b, t, h, d = (1, 40, 2, 16) if tiny else (4, 4096, 16, 128)
     ks = jax.random.split(jax.random.key(0), 6)
     q = jax.random.normal(ks[0], (b, t, h, d), jnp.bfloat16)
@@ -232,7 +227,60 @@ def delta(rec: Recorder, tiny: bool) -> None:
     beta = jax.nn.sigmoid(jax.random.normal(ks[3], (b, t, h), jnp.float32)).astype(jnp.bfloat16)
     g = jax.nn.log_sigmoid(jax.random.normal(ks[4], (b, t, h), jnp.float32) + 4.0)
     do = jax.random.normal(ks[5], (b, t, h, d), jnp.bfloat16)
-    shape = f"b{b} t{t} h{h} d{d}"
+    return d, f"b{b} t{t} h{h} d{d}", (q, k, v, beta, g, do)
+
+
+def delta_tiles(rec: Recorder, tiny: bool) -> None:
+    """``gated_delta_rule``'s inter-chunk kernels under other tiles (``_delta._call``'s module
+    constants, set for one trace each): the output kernel's value block and warps, the reverse
+    state walk's stages, the backward products' key block and warps; the inter part forward and
+    forward+backward, and the whole op's forward+backward, per variant."""
+    import ejkernel
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta import _call as D
+
+    d, shape, (q, k, v, beta, g, do) = _delta_inputs(tiny)
+    c = M.to_chunks(q, k, v, beta, g[..., None], None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64)
+    x0 = jax.jit(lambda c: M.intra_chunk(c, None))(c)
+
+    def inter(x):
+        return D.triton_delta_rule(c, x, jnp.dtype(jnp.bfloat16), block_v=32, num_warps=4, num_stages=2)
+
+    def inter_fb(x):
+        return jax.value_and_grad(lambda x: jnp.sum(inter(x)[0].astype(jnp.float32)))(x)
+
+    def op_fb(q, k, v, g, beta, do):
+        def loss(*a):
+            o = ejkernel.gated_delta_rule(*a, use_qk_l2norm_in_kernel=True, platform="triton")
+            return jnp.sum(o.astype(jnp.float32) * do)
+
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+
+    base = {n: getattr(D, n) for n in ("O_BLOCK_V", "O_WARPS", "DH_STAGES_MANY", "DQKW_BLOCK_K", "DQKW_WARPS")}
+    variants = [{}, {"O_BLOCK_V": 32}, {"O_BLOCK_V": 128}, {"O_BLOCK_V": 128, "O_WARPS": 8}, {"DH_STAGES_MANY": 2}]
+    variants += [{"DQKW_WARPS": 8}, {"DQKW_BLOCK_K": 128, "DQKW_WARPS": 8}, {"DQKW_BLOCK_K": 32}]
+    for var in variants:
+        for name, value in {**base, **var}.items():
+            setattr(D, name, value)
+        tag = ",".join(f"{n}={val}" for n, val in var.items()) or "default"
+        f = {"shape": shape, "tiles": {**base, **var}}
+        # fresh closures: each variant traces anew
+        rec.time("delta_tiles", f"inter fwd [{tag}]", lambda x: inter(x), (x0,), **f)
+        rec.time("delta_tiles", f"inter fwd+bwd [{tag}]", lambda x: inter_fb(x), (x0,), **f)
+        rec.time("delta_tiles", f"gated_delta_rule fwd+bwd [{tag}]", lambda *a: op_fb(*a), (q, k, v, g, beta, do), **f)
+    for name, value in base.items():
+        setattr(D, name, value)
+
+
+def delta(rec: Recorder, tiny: bool) -> None:
+    """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
+    transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
+    inter-chunk part, each forward and forward+backward, and the whole op."""
+    import ejkernel
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta._call import triton_delta_rule, triton_intra_chunk
+
+    d, shape, (q, k, v, beta, g, do) = _delta_inputs(tiny)
 
     def chunks(q, k, v, beta, g, dtype=jnp.float32):
         return M.to_chunks(
@@ -383,6 +431,7 @@ def main() -> None:
                 "linear_scalar": linear_scalar,
                 "linear_long": linear_long,
                 "delta": delta,
+                "delta_tiles": delta_tiles,
                 "ssm1": ssm1,
                 "pool": pool,
             }[name](rec, ns.tiny)

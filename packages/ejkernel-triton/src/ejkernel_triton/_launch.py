@@ -167,6 +167,11 @@ def compute_capability() -> int:
     return int(gpu_triton.get_compute_capability(0))
 
 
+def sm_count() -> int:
+    """Streaming multiprocessors of the first GPU (132 on an H100 / H200, and where unknown)."""
+    return int(getattr(jax.devices()[0], "core_count", 0) or 132)
+
+
 def launch(
     kernel: Any,
     *args: Any,

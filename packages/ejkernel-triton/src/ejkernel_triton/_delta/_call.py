@@ -21,7 +21,7 @@ import numpy as np
 
 from ejkernel.ops.families import delta_rule_math as M
 
-from .._launch import launch
+from .._launch import launch, sm_count
 from ._intra import (
     delta_intra_bwd_a_kernel,
     delta_intra_bwd_qk_kernel,
@@ -41,6 +41,15 @@ F32 = jnp.float32
 DQKW_BLOCK_K = 64
 DQKW_BLOCK_V = 64
 DQKW_WARPS = 4
+# The output kernel (one program per chunk and value block): value blocks of up to 64 columns,
+# so Qg and Aqk are read V/64 times rather than V/block_v.
+O_BLOCK_V = 64
+O_WARPS = 4
+# The reverse state walk when it has more programs than the GPU has SMs (B4 H16: 256): one stage
+# (its loop's loads not pipelined) holds its shared memory to what lets two programs share an SM
+# (135 KiB at two stages); with fewer programs (a varlen batch or B1 H16: 64), each walks a long
+# chain alone and the pipelined loads are worth more (results/h200/wave2/delta-bwd, call 3).
+DH_STAGES_MANY = 1
 
 
 def _pow2(n: int) -> int:
@@ -99,15 +108,16 @@ def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
         HAS_H0=spec.has_h0,
         **spec.common(dt),
     )  # fmt: skip
+    bv_o = min(O_BLOCK_V, _pow2(spec.v))
     (o,) = launch(
         delta_fwd_o_kernel,
         qg, states, aqk, vn, spec.nc,
         out_shape=[jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt)],
-        grid=(spec.nc, grid_v, spec.rh),
-        num_warps=spec.num_warps,
+        grid=(spec.nc, -(-spec.v // bv_o), spec.rh),
+        num_warps=O_WARPS,
         num_stages=spec.num_stages,
         name="ejkernel_delta_fwd_o",
-        **spec.common(dt),
+        **spec.common(dt) | dict(BV=bv_o),
     )  # fmt: skip
     return (o, final), (states, vn)
 
@@ -127,6 +137,7 @@ def _inter_bwd(spec: Spec, res, cts):
     do, dfinal = cts
     dt = w.dtype
     do = do.astype(dt)
+    grid_v = -(-spec.v // spec.block_v)
     # The state gradients and dV' in the inputs' dtype (fla's): the products below take them as
     # tensor-core operands in that dtype anyway.
     dstates, dvn, dh0 = launch(
@@ -137,9 +148,9 @@ def _inter_bwd(spec: Spec, res, cts):
             jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
-        grid=(spec.rh, -(-spec.v // spec.block_v)),
+        grid=(spec.rh, grid_v),
         num_warps=spec.num_warps,
-        num_stages=spec.num_stages,
+        num_stages=DH_STAGES_MANY if spec.rh * grid_v > sm_count() else spec.num_stages,
         zeroed_outputs=(2,) if spec.varlen else (),
         name="ejkernel_delta_bwd_dh",
         VARLEN=spec.varlen,

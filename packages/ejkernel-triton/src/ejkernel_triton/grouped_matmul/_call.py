@@ -62,7 +62,7 @@ def persistent_programs(cfg: GroupedMatmulConfig, itemsize: int) -> int:
     few in the interpreter (so that each program strides over several tiles)."""
     if _launch._INTERPRET:
         return 3
-    sms = int(getattr(jax.devices()[0], "core_count", 0) or 132)
+    sms = _launch.sm_count()
     return sms * max(1, H.smem_limit((9, 0)) // max(H.smem_bytes(cfg, itemsize), 1))
 
 
