@@ -15,7 +15,8 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   intra-chunk scores at any decay), as ``lightning_attention`` at layer 5 of 24 calls them.
 - ``delta`` (gated_delta_rule), B4 T4096 H16 D128 bf16: the JAX layout and intra-chunk WY
   transform, the Triton inter-chunk kernels, the whole op; forward and forward+backward.
-- ``delta_tiles``: gated_delta_rule's inter-chunk kernels (and the op) under other tiles.
+- ``delta_tiles``, ``delta_intra_warps``: gated_delta_rule's inter-chunk kernels' tiles, the
+  intra-chunk kernels' warps: the op (and the inter part) per variant.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -230,11 +231,12 @@ def _delta_inputs(tiny: bool) -> tuple[int, str, tuple[Any, ...]]:
     return d, f"b{b} t{t} h{h} d{d}", (q, k, v, beta, g, do)
 
 
-def delta_tiles(rec: Recorder, tiny: bool) -> None:
-    """``gated_delta_rule``'s inter-chunk kernels under other tiles (``_delta._call``'s module
-    constants, set for one trace each): the output kernel's value block and warps, the reverse
-    state walk's stages, the backward products' key block and warps; the inter part forward and
-    forward+backward, and the whole op's forward+backward, per variant."""
+def delta_tiles(rec: Recorder, tiny: bool, group: str = "inter") -> None:
+    """``gated_delta_rule``'s kernels under other tiles (``_delta._call``'s module constants, set
+    for one trace each). ``inter``: the output kernel's value block and warps, the reverse state
+    walk's stages, the backward products' key block and warps (the inter part forward and
+    forward+backward, and the op's forward+backward, per variant). ``intra``: the intra-chunk
+    kernels' warps (the op's forward and forward+backward)."""
     import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
     from ejkernel_triton._delta import _call as D
@@ -256,17 +258,32 @@ def delta_tiles(rec: Recorder, tiny: bool) -> None:
 
         return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
 
-    base = {n: getattr(D, n) for n in ("O_BLOCK_V", "O_WARPS", "DH_STAGES_MANY", "DQKW_BLOCK_K", "DQKW_WARPS")}
-    variants = [{}, {"O_BLOCK_V": 32}, {"O_BLOCK_V": 128}, {"O_BLOCK_V": 128, "O_WARPS": 8}, {"DH_STAGES_MANY": 2}]
-    variants += [{"DQKW_WARPS": 8}, {"DQKW_BLOCK_K": 128, "DQKW_WARPS": 8}, {"DQKW_BLOCK_K": 32}]
+    def op_f(q, k, v, g, beta):
+        return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
+
+    if group == "inter":
+        base = {n: getattr(D, n) for n in ("O_BLOCK_V", "O_WARPS", "DH_STAGES_MANY", "DQKW_BLOCK_K", "DQKW_WARPS")}
+        variants = [{}, {"O_BLOCK_V": 32}, {"O_BLOCK_V": 128}, {"O_BLOCK_V": 128, "O_WARPS": 8}]
+        variants += [{"DH_STAGES_MANY": 2}, {"DQKW_WARPS": 8}, {"DQKW_BLOCK_K": 128, "DQKW_WARPS": 8}]
+        variants += [{"DQKW_BLOCK_K": 32}]
+    else:  # the intra-chunk kernels at 4 warps (two programs per SM where no spills: sm90_registers.py)
+        w = dict(D.INTRA_WARPS)
+        base = {"INTRA_WARPS": w}
+        variants = [{}] + [
+            {"INTRA_WARPS": {**w, **four}}
+            for four in ({"inverse": 4}, {"fwd": 4}, {"inverse": 4, "fwd": 4}, {"bwd_a": 4}, {"bwd_qk": 4})
+        ]
     for var in variants:
         for name, value in {**base, **var}.items():
             setattr(D, name, value)
         tag = ",".join(f"{n}={val}" for n, val in var.items()) or "default"
         f = {"shape": shape, "tiles": {**base, **var}}
         # fresh closures: each variant traces anew
-        rec.time("delta_tiles", f"inter fwd [{tag}]", lambda x: inter(x), (x0,), **f)
-        rec.time("delta_tiles", f"inter fwd+bwd [{tag}]", lambda x: inter_fb(x), (x0,), **f)
+        if group == "inter":
+            rec.time("delta_tiles", f"inter fwd [{tag}]", lambda x: inter(x), (x0,), **f)
+            rec.time("delta_tiles", f"inter fwd+bwd [{tag}]", lambda x: inter_fb(x), (x0,), **f)
+        else:
+            rec.time("delta_tiles", f"gated_delta_rule fwd [{tag}]", lambda *a: op_f(*a), (q, k, v, g, beta), **f)
         rec.time("delta_tiles", f"gated_delta_rule fwd+bwd [{tag}]", lambda *a: op_fb(*a), (q, k, v, g, beta, do), **f)
     for name, value in base.items():
         setattr(D, name, value)
@@ -432,6 +449,7 @@ def main() -> None:
                 "linear_long": linear_long,
                 "delta": delta,
                 "delta_tiles": delta_tiles,
+                "delta_intra_warps": functools.partial(delta_tiles, group="intra"),
                 "ssm1": ssm1,
                 "pool": pool,
             }[name](rec, ns.tiny)
