@@ -16,8 +16,10 @@ import pytest
 from ejkernel.ops import DeviceInfo, kernel_registry
 from ejkernel.ops.gated_delta_rule import GatedDeltaRuleConfig
 from ejkernel.ops.gated_delta_rule.cases import CASES as GDN_CASES
+from ejkernel.ops.gated_delta_rule.cases import FULL_CASES as GDN_FULL
 from ejkernel.ops.kernel_delta_attention import KernelDeltaAttentionConfig
 from ejkernel.ops.kernel_delta_attention.cases import CASES as KDA_CASES
+from ejkernel.ops.kernel_delta_attention.cases import FULL_CASES as KDA_FULL
 from ejkernel.testing import conformance as C
 
 if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated in interpreter mode
@@ -41,6 +43,10 @@ def _f16(c):
 
 
 PARAMS = [("kernel_delta_attention", _f16(c)) for c in KDA_CASES] + [("gated_delta_rule", _f16(c)) for c in GDN_CASES]
+# the full matrix's richest varlen batch (empty and one-token sequences, sequences across chunks,
+# GVA): the state walks run one program per sequence
+PARAMS += [("kernel_delta_attention", c) for c in KDA_FULL if c.name == "varlen-many"]
+PARAMS += [("gated_delta_rule", c) for c in GDN_FULL if c.name == "varlen-many"]
 
 
 @pytest.fixture(autouse=True)

@@ -82,10 +82,17 @@ class Spec:
 
 
 def _ids(spec: Spec, flags: Any) -> list[Any]:
+    """The varlen walks' chunk bounds per sequence (``c_lo``, ``c_hi``), or placeholders."""
     if spec.varlen:
         return list(flags)
     dummy = jnp.zeros((1,), jnp.int32)
-    return [dummy, dummy, dummy]
+    return [dummy, dummy]
+
+
+def _walkers(spec: Spec) -> int:
+    """Programs of a state walk along its first grid axis: a head row each, or under varlen a
+    (sequence, head) pair each."""
+    return spec.n_states * spec.hv if spec.varlen else spec.rh
 
 
 def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
@@ -99,10 +106,9 @@ def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
             jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
-        grid=(spec.rh, grid_v),
+        grid=(_walkers(spec), grid_v),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
-        zeroed_outputs=(2,) if spec.varlen else (),
         name="ejkernel_delta_fwd_h",
         VARLEN=spec.varlen,
         HAS_H0=spec.has_h0,
@@ -148,10 +154,9 @@ def _inter_bwd(spec: Spec, res, cts):
             jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
-        grid=(spec.rh, grid_v),
+        grid=(_walkers(spec), grid_v),
         num_warps=spec.num_warps,
-        num_stages=DH_STAGES_MANY if spec.rh * grid_v > sm_count() else spec.num_stages,
-        zeroed_outputs=(2,) if spec.varlen else (),
+        num_stages=DH_STAGES_MANY if _walkers(spec) * grid_v > sm_count() else spec.num_stages,
         name="ejkernel_delta_bwd_dh",
         VARLEN=spec.varlen,
         **spec.common(dt),
@@ -193,19 +198,14 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
     flat = lambda a: a.reshape(r * hv, nc * size, a.shape[-1]).astype(dtype)  # noqa: E731
     gl = jnp.broadcast_to(x.glast, (r, hv, nc, k)).reshape(r * hv, nc, k).astype(F32)
     aqk = x.aqk.reshape(r * hv, nc * size, size).astype(dtype)
-    if varlen:
-        p = c.plan
-        last = p["last_chunk"]
-        is_last = jnp.zeros((nc,), jnp.int32).at[jnp.where(last >= 0, last, nc)].set(1, mode="drop")
-        flags = (p["chunk_first"].astype(jnp.int32), p["chunk_seq"].astype(jnp.int32), is_last)
+    if varlen:  # each sequence's chunks: first .. last (-1 when empty: no chunk to walk)
+        flags = (c.plan["first_chunk"].astype(jnp.int32), c.plan["last_chunk"].astype(jnp.int32))
     else:
         flags = ()
     o, final = _inter(
         spec, flat(x.w), flat(x.u), flat(x.kg), gl, flat(x.qg), aqk, c.h0.reshape(n * hv, k, v).astype(F32), flags
     )
-    final = final.reshape(n, hv, k, v)
-    if varlen:  # an empty sequence's final state is its initial state
-        final = jnp.where((c.plan["last_chunk"] >= 0)[:, None, None, None], final, c.h0)
+    final = final.reshape(n, hv, k, v)  # an empty sequence's: its initial state (no chunk walked)
     return o.reshape(r, hv, nc, size, v), final
 
 

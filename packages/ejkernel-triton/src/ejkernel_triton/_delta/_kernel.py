@@ -13,9 +13,11 @@ a chunk, padding is inert).
   chunk, ``dV' = Aqkᵀ dO + (K ⊙ exp(γ_last - γ)) dS`` and the gradient of the state entering
   it ``Qgᵀ dO + exp(γ_last) ⊙ dS - Wᵀ dV'``.
 
-Under varlen (``VARLEN``) a chunk flagged ``first`` restarts from its sequence's initial state
-(forward) and hands its state gradient to that initial state (backward); a chunk flagged
-``last`` writes its sequence's final state (forward) and takes that state's gradient (backward).
+Under varlen (``VARLEN``) the state walks run one program per (sequence, head, value block) over
+that sequence's chunks only (``c_lo[n] .. c_hi[n]``), from its initial state to its final one:
+the serial chain is the longest sequence's, not the packed batch's (fla's layout). Chunks past
+the last sequence are never walked: their states and ``V'`` are left unwritten, and only their
+own (dropped) padding rows read them.
 Matmul operands are in the inputs' dtype (``IEEE``: float32 inputs, full-precision dots).
 """
 
@@ -34,50 +36,55 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 @triton.jit
 def delta_fwd_h_kernel(
-    w, u, kg, gl, h0, first, seq, last, NC, HV,
+    w, u, kg, gl, h0, c_lo, c_hi, NC, HV,
     states, vn, final,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     VARLEN: tl.constexpr, HAS_H0: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    i_rh = tl.program_id(0).to(tl.int64)
+    """Program ``(i, i_v)``: head row ``i`` (``VARLEN``: sequence ``i // HV``, head ``i % HV``,
+    walking only that sequence's chunks ``c_lo[n] .. c_hi[n]``) and value block ``i_v``."""
+    i_s = tl.program_id(0).to(tl.int64)  # the state's index: head row, or sequence x head
     i_v = tl.program_id(1)
-    i_h = i_rh % HV
-    o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]  # [BK, BV] offsets in a [K, V] state
+    if VARLEN:  # one packed row (R = 1): head i_s % HV, this sequence's chunks
+        i_rh = i_s % HV
+        lo = tl.load(c_lo + i_s // HV)
+        hi = tl.load(c_hi + i_s // HV) + 1  # c_hi = -1 for an empty sequence: no chunk
+    else:
+        i_rh = i_s
+        lo = 0
+        hi = NC
+    b_s = tl.zeros([BK, BV], dtype=tl.float32)
+    if HAS_H0:
+        b_s = tl.load(h0 + i_s * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    for i_c in range(lo, hi):
+        b_s = _fwd_h_step(w, u, kg, gl, states, vn, b_s, i_rh, i_c, NC, o_k, o_v, p_state, m_kv, K, V, C, BK, IEEE)
+    tl.store(final + i_s * K * V + p_state, b_s, mask=m_kv)
+
+
+@triton.jit
+def _fwd_h_step(
+    w, u, kg, gl, states, vn, b_s, i_rh, i_c, NC, o_k, o_v, p_state, m_kv,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """Chunk ``i_c`` of head row ``i_rh``: store the state entering it and ``V' = U − W S``;
+    return the state leaving it."""
     m_k = o_k < K
     m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    L = NC * C
-    p_state = o_k[:, None] * V + o_v[None, :]  # [BK, BV] offsets in a [K, V] state
-    b_s = tl.zeros([BK, BV], dtype=tl.float32)
-    if HAS_H0 and not VARLEN:
-        b_s = tl.load(h0 + i_rh * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    o_c = tl.arange(0, C)
     dt = w.dtype.element_ty
-    for i_c in range(NC):
-        t0 = i_c * C
-        if VARLEN:
-            f = tl.load(first + i_c)
-            s_id = tl.load(seq + i_c).to(tl.int64)
-            if f != 0:  # a branch, not a select: the serial walk loads a state only where one starts
-                if HAS_H0:
-                    b_s = tl.load(h0 + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
-                else:
-                    b_s = tl.zeros([BK, BV], dtype=tl.float32)
-        tl.store(states + (i_rh * NC + i_c) * K * V + p_state, b_s.to(states.dtype.element_ty), mask=m_kv)
-        rows = i_rh * L + t0 + o_c  # [C]
-        b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
-        b_u = tl.load(u + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0).to(tl.float32)
-        b_vn = b_u - _dot(b_w, b_s.to(dt), IEEE)  # [C, BV]
-        tl.store(vn + rows[:, None] * V + o_v[None, :], b_vn.to(vn.dtype.element_ty), mask=m_v[None, :])
-        b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
-        b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)  # [BK]
-        b_s = b_s * b_gl[:, None] + _dot(tl.trans(b_kg), b_vn.to(dt), IEEE)
-        if VARLEN:
-            e = tl.load(last + i_c)
-            tl.store(final + (s_id * HV + i_h) * K * V + p_state, b_s, mask=m_kv & (e != 0))
-    if not VARLEN:
-        tl.store(final + i_rh * K * V + p_state, b_s, mask=m_kv)
+    tl.store(states + (i_rh * NC + i_c) * K * V + p_state, b_s.to(states.dtype.element_ty), mask=m_kv)
+    rows = i_rh * NC * C + i_c * C + o_c  # [C]
+    b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+    b_u = tl.load(u + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0).to(tl.float32)
+    b_vn = b_u - _dot(b_w, b_s.to(dt), IEEE)  # [C, BV]
+    tl.store(vn + rows[:, None] * V + o_v[None, :], b_vn.to(vn.dtype.element_ty), mask=m_v[None, :])
+    b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+    b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)  # [BK]
+    return b_s * b_gl[:, None] + _dot(tl.trans(b_kg), b_vn.to(dt), IEEE)
 
 
 @triton.jit
@@ -108,50 +115,58 @@ def delta_fwd_o_kernel(
 
 @triton.jit
 def delta_bwd_dh_kernel(
-    qg, kg, w, gl, aqk, do, dfinal, first, seq, last, NC, HV,
+    qg, kg, w, gl, aqk, do, dfinal, c_lo, c_hi, NC, HV,
     dstates, dvn, dh0,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     VARLEN: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    i_rh = tl.program_id(0).to(tl.int64)
+    """The reverse walk, programs as in :func:`delta_fwd_h_kernel`: from the final state's
+    gradient down to the initial state's."""
+    i_s = tl.program_id(0).to(tl.int64)
     i_v = tl.program_id(1)
-    i_h = i_rh % HV
-    o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    if VARLEN:
+        i_rh = i_s % HV
+        lo = tl.load(c_lo + i_s // HV)
+        hi = tl.load(c_hi + i_s // HV) + 1
+    else:
+        i_rh = i_s
+        lo = 0
+        hi = NC
+    b_ds = tl.load(dfinal + i_s * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    for j in range(hi - lo):
+        b_ds = _bwd_dh_step(
+            qg, kg, w, gl, aqk, do, dstates, dvn, b_ds, i_rh, hi - 1 - j, NC, o_k, o_v, p_state, m_kv,
+            K, V, C, BK, IEEE,
+        )  # fmt: skip
+    tl.store(dh0 + i_s * K * V + p_state, b_ds, mask=m_kv)
+
+
+@triton.jit
+def _bwd_dh_step(
+    qg, kg, w, gl, aqk, do, dstates, dvn, b_ds, i_rh, i_c, NC, o_k, o_v, p_state, m_kv,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """Chunk ``i_c``: store ``dS`` (the gradient of the state leaving it) and ``dV'``; return the
+    gradient of the state entering it."""
     m_k = o_k < K
     m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    L = NC * C
-    p_state = o_k[:, None] * V + o_v[None, :]
-    b_ds = tl.zeros([BK, BV], dtype=tl.float32)
-    if not VARLEN:
-        b_ds = tl.load(dfinal + i_rh * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
+    o_c = tl.arange(0, C)
     dt = w.dtype.element_ty
-    for j in range(NC):
-        i_c = NC - 1 - j
-        t0 = i_c * C
-        if VARLEN:
-            e = tl.load(last + i_c)
-            s_id = tl.load(seq + i_c).to(tl.int64)
-            if e != 0:  # a branch: the final state's gradient is loaded only where a sequence ends
-                b_ds = tl.load(dfinal + (s_id * HV + i_h) * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
-        tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds.to(dstates.dtype.element_ty), mask=m_kv)
-        rows = i_rh * L + t0 + o_c
-        b_do = tl.load(do + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]
-        b_a = tl.load(aqk + rows[:, None] * C + o_c[None, :])  # [C, C]
-        b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
-        b_dvn = _dot(tl.trans(b_a), b_do.to(dt), IEEE) + _dot(b_kg, b_ds.to(dt), IEEE)  # [C, BV]
-        tl.store(dvn + rows[:, None] * V + o_v[None, :], b_dvn.to(dvn.dtype.element_ty), mask=m_v[None, :])
-        b_q = tl.load(qg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
-        b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
-        b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_ds = b_ds * b_gl[:, None] + _dot(tl.trans(b_q), b_do.to(dt), IEEE) - _dot(tl.trans(b_w), b_dvn.to(dt), IEEE)
-        if VARLEN:
-            f = tl.load(first + i_c)
-            tl.store(dh0 + (s_id * HV + i_h) * K * V + p_state, b_ds, mask=m_kv & (f != 0))
-    if not VARLEN:
-        tl.store(dh0 + i_rh * K * V + p_state, b_ds, mask=m_kv)
+    tl.store(dstates + (i_rh * NC + i_c) * K * V + p_state, b_ds.to(dstates.dtype.element_ty), mask=m_kv)
+    rows = i_rh * NC * C + i_c * C + o_c
+    b_do = tl.load(do + rows[:, None] * V + o_v[None, :], mask=m_v[None, :], other=0.0)  # [C, BV]
+    b_a = tl.load(aqk + rows[:, None] * C + o_c[None, :])  # [C, C]
+    b_kg = tl.load(kg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)  # [C, BK]
+    b_dvn = _dot(tl.trans(b_a), b_do.to(dt), IEEE) + _dot(b_kg, b_ds.to(dt), IEEE)  # [C, BV]
+    tl.store(dvn + rows[:, None] * V + o_v[None, :], b_dvn.to(dvn.dtype.element_ty), mask=m_v[None, :])
+    b_q = tl.load(qg + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
+    b_w = tl.load(w + rows[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
+    b_gl = tl.load(gl + (i_rh * NC + i_c) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    return b_ds * b_gl[:, None] + _dot(tl.trans(b_q), b_do.to(dt), IEEE) - _dot(tl.trans(b_w), b_dvn.to(dt), IEEE)
 
 
 @triton.jit

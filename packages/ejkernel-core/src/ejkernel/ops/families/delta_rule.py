@@ -272,7 +272,8 @@ def varlen_plan(cu_seqlens: Any, total: int, chunk: int) -> dict[str, Any]:
     arrays (traced is fine): ``src`` ``[num_chunks * chunk]`` the packed token at each slot
     (``-1``: padding), ``dst`` ``[total]`` the slot of each packed token, ``chunk_seq``
     ``[num_chunks]`` the sequence of each chunk, ``chunk_first`` ``[num_chunks]`` (bool) whether
-    it starts its sequence, ``last_chunk`` ``[N]`` each sequence's last chunk (``-1`` when empty).
+    it starts its sequence, ``first_chunk`` ``[N]`` each sequence's first chunk and
+    ``last_chunk`` ``[N]`` its last (``-1`` when empty).
     """
     cu = cu_seqlens.astype(jnp.int32)
     n = int(cu.shape[0]) - 1
@@ -299,6 +300,7 @@ def varlen_plan(cu_seqlens: Any, total: int, chunk: int) -> dict[str, Any]:
     return dict(
         src=src,
         dst=dst,
+        first_chunk=first,
         chunk_seq=seq,
         chunk_first=chunk_first,
         last_chunk=last_chunk,
