@@ -42,3 +42,29 @@ def test_take_rows_matches_the_gather_and_its_scatter_gradient(direction, dtype)
     grad_program = str(jax.make_jaxpr(lambda x, c: jax.vjp(lambda x: take_rows(x, index, inverse), x)[1](c))(x, cot))
     assert "scatter" not in grad_program
     assert "scatter" in str(jax.make_jaxpr(lambda x, c: jax.vjp(lambda x: _plain(x, index), x)[1](c))(x, cot))
+
+
+def test_gather_rows_keeps_forward_mode_and_tokens_outside_the_sequences_get_nothing():
+    """The plain gather (the XLA paths' layout) differentiates forward too (``take_rows``, a
+    custom VJP, does not: the Triton path only); under jit ``cu_seqlens`` may end before the packed
+    length, and the tokens past it get no slot (``dst = -1``): zeros out, zero gradient."""
+    from ejkernel.ops.families.packing import gather_rows
+
+    cu = jnp.asarray([0, 5, 5, 12], jnp.int32)
+    total, chunk = 15, 4
+    plan = varlen_plan(cu, total, chunk)
+    dst = np.asarray(plan["dst"])
+    assert (dst[12:] == -1).all() and (dst[:12] >= 0).all() and len(set(dst[:12])) == 12
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((total, 3)), jnp.float32)
+    tx = jnp.asarray(rng.standard_normal((total, 3)), jnp.float32)
+    _, ty = jax.jvp(lambda x: gather_rows(x, plan["src"]), (x,), (tx,))
+    np.testing.assert_array_equal(np.asarray(ty), np.asarray(gather_rows(tx, plan["src"])))
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(lambda x: take_rows(x, plan["src"], plan["dst"]), (x,), (tx,))
+    # out of the chunks and back: tokens 12..14 come back as zeros, and get no gradient
+    back, vjp = jax.vjp(lambda x: take_rows(take_rows(x, plan["src"], plan["dst"]), plan["dst"], plan["src"]), x)
+    np.testing.assert_array_equal(np.asarray(back[:12]), np.asarray(x[:12]))
+    assert not np.asarray(back[12:]).any()
+    (dx,) = vjp(jnp.ones_like(back))
+    np.testing.assert_array_equal(np.asarray(dx), np.r_[np.ones((12, 3)), np.zeros((3, 3))])

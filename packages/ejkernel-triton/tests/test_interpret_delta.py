@@ -140,7 +140,7 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
         cot = tuple(jnp.asarray(rng.standard_normal(o.shape), jnp.float32).astype(o.dtype) for o in out)
         return out, vjp(cot)
 
-    assert D.intra_chunk_supported(chunk)
+    assert D.intra_chunk_supported(chunk) and not any(D.intra_chunk_supported(c) for c in (8, 48, 512))
     # float32: exact products; float16: TF32 products and 16-bit outputs (a few 1e-3 relative)
     tol_out, tol_grad, rtol = (2e-5, 5e-5, 1e-4) if dtype == "float32" else (4e-3, 1e-2, 1e-2)
     rng_state = rng.bit_generator.state

@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.families.linear_attention import LinearProblem
-from ejkernel.ops.families.packing import take_rows
 
 __all__ = ["chunked_linear_attention", "step_linear_attention"]
 
@@ -160,10 +159,13 @@ def chunked_linear_attention(p: LinearProblem, chunk: int) -> tuple[jax.Array, j
         chunk = max(1, min(chunk, t))
         lay = _varlen_layout(cu.astype(jnp.int32), t, chunk)
         slots = lay["slots"]
-        src = jnp.where(lay["valid"], lay["src"], -1)  # the slot's token, -1: padding
 
         def pack(x: Any) -> Any:
-            return None if x is None else take_rows(x[0], src, lay["dst"])[None]
+            if x is None:
+                return None
+            y = jnp.take(x[0], lay["src"], axis=0)
+            mask = lay["valid"].reshape((-1,) + (1,) * (y.ndim - 1))
+            return jnp.where(mask, y, 0.0)[None]
 
         arrays = [pack(x) for x in arrays]
         n_chunks, bb = slots, 1
@@ -190,7 +192,7 @@ def chunked_linear_attention(p: LinearProblem, chunk: int) -> tuple[jax.Array, j
     (s_last, _), (o, s_all) = jax.lax.scan(body, (s_init, h0), xs)
     o = jnp.moveaxis(o, 0, 1).reshape(bb, n_chunks * chunk, h, dv)
     if cu is not None:
-        o = take_rows(o[0], lay["dst"], src)[None]
+        o = jnp.take(o[0], lay["dst"], axis=0)[None]
         finals = s_all[jnp.clip(lay["last_chunk"], 0, n_chunks - 1), 0]
         finals = jnp.where(lay["empty"][:, None, None, None], h0, finals)
     else:

@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ejkernel.ops.families import delta_rule_math as M
 
@@ -36,8 +35,10 @@ from ._intra import (
 from ._kernel import delta_bwd_dh_kernel, delta_bwd_dqkw_kernel, delta_fwd_h_kernel, delta_fwd_o_kernel
 
 F32 = jnp.float32
-# The inter backward's per-chunk products (delta_bwd_dqkw_kernel): 64 key channels per program
-# (three [C, 64] float32 accumulators and the [C, C] one of dAqk), value steps of up to 64.
+# The inter backward's per-chunk products (delta_bwd_dqkw_kernel) at 64-token chunks: 64 key
+# channels per program (three [C, 64] float32 accumulators and the [C, C] one of dAqk: 240
+# registers at 4 warps, sm_90), value steps of up to 64; 128-token chunks take half the key
+# channels and twice the warps (dqkw_tiles).
 DQKW_BLOCK_K = 64
 DQKW_BLOCK_V = 64
 DQKW_WARPS = 4
@@ -47,13 +48,24 @@ O_BLOCK_V = 64
 O_WARPS = 4
 # The reverse state walk when it has more programs than the GPU has SMs (B4 H16: 256): one stage
 # (its loop's loads not pipelined) holds its shared memory to what lets two programs share an SM
-# (135 KiB at two stages); with fewer programs (a varlen batch or B1 H16: 64), each walks a long
-# chain alone and the pipelined loads are worth more (results/h200/wave2/delta-bwd, call 3).
+# (135 KiB at two stages); with fewer programs (B1 H16: 64), each walks a long chain alone and the
+# pipelined loads are worth more (results/h200/wave2/delta-bwd, call 3: one stage everywhere cost
+# the varlen batch, then walked as one packed row of 64 programs, 10 %).
 DH_STAGES_MANY = 1
 
 
 def _pow2(n: int) -> int:
+    """The tile side covering ``n``: a power of two, at least 16 (a ``tl.dot`` side)."""
     return max(16, 1 << (n - 1).bit_length())
+
+
+def dqkw_tiles(c: int, k: int) -> tuple[int, int]:
+    """``(key block, warps)`` of ``delta_bwd_dqkw_kernel`` for ``c``-token chunks: the float32
+    accumulators grow with ``c`` (and ``dAqk`` with ``c²``), so longer chunks take narrower key
+    blocks over more warps."""
+    if c <= 64:
+        return min(_pow2(k), DQKW_BLOCK_K), DQKW_WARPS
+    return min(_pow2(k), max(16, DQKW_BLOCK_K * 64 // c)), 2 * DQKW_WARPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +87,7 @@ class Spec:
 
     @property
     def bk(self) -> int:
-        return max(16, int(2 ** np.ceil(np.log2(self.k))))
+        return _pow2(self.k)
 
     def common(self, dtype: Any) -> dict[str, Any]:
         return dict(K=self.k, V=self.v, C=self.c, BK=self.bk, BV=self.block_v, IEEE=bool(jnp.dtype(dtype) == F32))
@@ -161,7 +173,7 @@ def _inter_bwd(spec: Spec, res, cts):
         VARLEN=spec.varlen,
         **spec.common(dt),
     )  # fmt: skip
-    bk = min(spec.bk, DQKW_BLOCK_K)
+    bk, warps = dqkw_tiles(spec.c, spec.k)
     common = spec.common(dt) | dict(BK=bk, BV=min(DQKW_BLOCK_V, _pow2(spec.v)))
     dqg, dw, dkg, dgl, daqk = launch(
         delta_bwd_dqkw_kernel,
@@ -172,7 +184,7 @@ def _inter_bwd(spec: Spec, res, cts):
             jax.ShapeDtypeStruct(aqk.shape, aqk.dtype),
         ],
         grid=(spec.nc, -(-spec.k // bk), spec.rh),
-        num_warps=DQKW_WARPS,
+        num_warps=warps,
         num_stages=spec.num_stages,
         name="ejkernel_delta_bwd_dqkw",
         **common,
@@ -247,8 +259,7 @@ class IntraSpec:
 
     def consts(self, *, v: bool = True) -> dict[str, Any]:
         """The kernels' compile-time arguments (``v``: with the value dim)."""
-        tile = lambda d: max(16, 1 << (d - 1).bit_length())  # noqa: E731
-        c = dict(C=self.c, K=self.k, BK=tile(self.k)) | (dict(V=self.v, BV=tile(self.v)) if v else {})
+        c = dict(C=self.c, K=self.k, BK=_pow2(self.k)) | (dict(V=self.v, BV=_pow2(self.v)) if v else {})
         return c | (
             dict(OPS=self.ops, GPREC=self.gate_prec) if self.per_channel else dict(HAS_G=self.has_g, OPS=self.ops)
         )

@@ -12,12 +12,16 @@ a chunk, padding is inert).
 - ``delta_bwd_dh_kernel``: the reverse walk: with ``dS`` the gradient of the state leaving a
   chunk, ``dV' = Aqkᵀ dO + (K ⊙ exp(γ_last - γ)) dS`` and the gradient of the state entering
   it ``Qgᵀ dO + exp(γ_last) ⊙ dS - Wᵀ dV'``.
+- ``delta_bwd_dqkw_kernel``: one program per (chunk, key block, head row): the per-chunk
+  products of the backward, ``dQg``, ``dW``, ``dKg``, ``d exp(γ_last)`` and ``dAqk``.
 
 Under varlen (``VARLEN``) the state walks run one program per (sequence, head, value block) over
 that sequence's chunks only (``c_lo[n] .. c_hi[n]``), from its initial state to its final one:
 the serial chain is the longest sequence's, not the packed batch's (fla's layout). Chunks past
-the last sequence are never walked: their states and ``V'`` are left unwritten, and only their
-own (dropped) padding rows read them.
+the last sequence (at most one per sequence) are never walked: their states, ``V'`` and state
+gradients are left unwritten. Every later kernel works chunk by chunk, so what it derives from
+them (those chunks' outputs and gradients) stays in those chunks, whose rows are all padding:
+the layout's gathers never read them.
 Matmul operands are in the inputs' dtype (``IEEE``: float32 inputs, full-precision dots).
 """
 
@@ -61,14 +65,14 @@ def delta_fwd_h_kernel(
     if HAS_H0:
         b_s = tl.load(h0 + i_s * K * V + p_state, mask=m_kv, other=0.0).to(tl.float32)
     for i_c in range(lo, hi):
-        b_s = _fwd_h_step(w, u, kg, gl, states, vn, b_s, i_rh, i_c, NC, o_k, o_v, p_state, m_kv, K, V, C, BK, IEEE)
+        b_s = _fwd_h_step(w, u, kg, gl, states, vn, b_s, i_rh, i_c, NC, o_k, o_v, p_state, m_kv, K, V, C, IEEE)
     tl.store(final + i_s * K * V + p_state, b_s, mask=m_kv)
 
 
 @triton.jit
 def _fwd_h_step(
     w, u, kg, gl, states, vn, b_s, i_rh, i_c, NC, o_k, o_v, p_state, m_kv,
-    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """Chunk ``i_c`` of head row ``i_rh``: store the state entering it and ``V' = U − W S``;
     return the state leaving it."""
@@ -140,7 +144,7 @@ def delta_bwd_dh_kernel(
     for j in range(hi - lo):
         b_ds = _bwd_dh_step(
             qg, kg, w, gl, aqk, do, dstates, dvn, b_ds, i_rh, hi - 1 - j, NC, o_k, o_v, p_state, m_kv,
-            K, V, C, BK, IEEE,
+            K, V, C, IEEE,
         )  # fmt: skip
     tl.store(dh0 + i_s * K * V + p_state, b_ds, mask=m_kv)
 
@@ -148,7 +152,7 @@ def delta_bwd_dh_kernel(
 @triton.jit
 def _bwd_dh_step(
     qg, kg, w, gl, aqk, do, dstates, dvn, b_ds, i_rh, i_c, NC, o_k, o_v, p_state, m_kv,
-    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """Chunk ``i_c``: store ``dS`` (the gradient of the state leaving it) and ``dV'``; return the
     gradient of the state entering it."""

@@ -88,7 +88,7 @@ class TritonDeltaRule(KernelImpl):
             c = M.to_chunks(
                 args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
                 scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=chunk,
-                dtype=dtype if triton_intra else jnp.float32,
+                dtype=dtype if triton_intra else jnp.float32, gather_transpose=True,
             )  # fmt: skip
             if triton_intra:
                 intra = triton_intra_chunk(c, dtype)
@@ -99,5 +99,5 @@ class TritonDeltaRule(KernelImpl):
                 block_v=cfg.block_v or BLOCK_V, num_warps=cfg.num_warps or NUM_WARPS,
                 num_stages=cfg.num_stages or NUM_STAGES,
             )  # fmt: skip
-            out = M.from_chunks(c, o).astype(args.value.dtype)
+            out = M.from_chunks(c, o, gather_transpose=True).astype(args.value.dtype)
         return (out, final) if args.return_state else out

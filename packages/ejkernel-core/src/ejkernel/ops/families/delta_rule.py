@@ -270,10 +270,12 @@ def varlen_plan(cu_seqlens: Any, total: int, chunk: int) -> dict[str, Any]:
     starting at chunk ``first[n]``; the layout has ``num_chunks = ceil(total / chunk) + N``
     chunks (a static bound; chunks past the last sequence's hold only padding). Returns int32
     arrays (traced is fine): ``src`` ``[num_chunks * chunk]`` the packed token at each slot
-    (``-1``: padding), ``dst`` ``[total]`` the slot of each packed token, ``chunk_seq``
+    (``-1``: padding), ``dst`` ``[total]`` the slot of each packed token (``-1`` outside the
+    sequences), ``chunk_seq``
     ``[num_chunks]`` the sequence of each chunk, ``chunk_first`` ``[num_chunks]`` (bool) whether
     it starts its sequence, ``first_chunk`` ``[N]`` each sequence's first chunk and
-    ``last_chunk`` ``[N]`` its last (``-1`` when empty).
+    ``last_chunk`` ``[N]`` its last (``-1`` when empty, where ``first_chunk`` is where the next
+    sequence starts: a walk from one to the other visits nothing).
     """
     cu = cu_seqlens.astype(jnp.int32)
     n = int(cu.shape[0]) - 1
@@ -295,7 +297,9 @@ def varlen_plan(cu_seqlens: Any, total: int, chunk: int) -> dict[str, Any]:
     src = jnp.where(valid, cu[seq[sc]] + off, -1)
     tok = jnp.arange(total, dtype=jnp.int32)
     tok_seq = jnp.clip(jnp.searchsorted(cu, tok, side="right").astype(jnp.int32) - 1, 0, n - 1)
-    dst = first[tok_seq] * chunk + (tok - cu[tok_seq])
+    # -1 for tokens outside every sequence (cu_seqlens ending before the packed length: caught
+    # when concrete, not under jit): zeros out, no gradient, rather than another token's slot
+    dst = jnp.where((tok >= cu[0]) & (tok < cu[-1]), first[tok_seq] * chunk + (tok - cu[tok_seq]), -1)
     last_chunk = jnp.where(nchunks > 0, first + nchunks - 1, -1)
     return dict(
         src=src,

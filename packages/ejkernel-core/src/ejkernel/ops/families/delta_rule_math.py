@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from .delta_rule import l2norm, varlen_plan
-from .packing import take_rows
+from .packing import gather_rows, take_rows
 
 __all__ = ["Chunks", "Intra", "chunk_output", "from_chunks", "inter_chunk", "intra_chunk", "to_chunks"]
 
@@ -70,12 +70,15 @@ def to_chunks(
     use_qk_l2norm: bool,
     chunk: int,
     dtype: Any = jnp.float32,
+    gather_transpose: bool = False,
 ) -> Chunks:
     """Canonical arguments (see :mod:`~ejkernel.ops.families.delta_rule`) → chunks: q, k, v
     normalized and scaled in float32, then stored as ``dtype`` (float32 by default; a backend
     whose kernels convert on load may keep 16-bit inputs at their width: half the bytes of this
     layout step, one rounding, as fla's L2-norm kernel writes its input's dtype); β, the gate and
-    the states in float32."""
+    the states in float32. ``gather_transpose``: under varlen, the layout's gradient is the
+    inverse gather (:func:`~ejkernel.ops.families.packing.take_rows`: a custom VJP, so reverse
+    mode only; for a backend whose kernels are custom VJPs already) instead of JAX's scatter-add."""
     f32 = jnp.float32
     b, t, h, dk = q.shape
     hv, dv = v.shape[2], v.shape[3]
@@ -96,7 +99,10 @@ def to_chunks(
     else:
         plan = varlen_plan(cu_seqlens, t, chunk)
         nc = plan["num_chunks"]
-        xs = [take_rows(x[0], plan["src"], plan["dst"])[None] for x in xs]
+        if gather_transpose:
+            xs = [take_rows(x[0], plan["src"], plan["dst"])[None] for x in xs]
+        else:
+            xs = [gather_rows(x[0], plan["src"])[None] for x in xs]
     r = xs[0].shape[0]
     xs = [jnp.moveaxis(x.reshape(r, nc, chunk, hv, x.shape[-1]), 3, 1) for x in xs]
     return Chunks(xs[0], xs[1], xs[2], xs[3][..., 0], xs[4] if g is not None else None, h0, plan, t)
@@ -206,10 +212,12 @@ def chunk_output(x: Intra, states: Any, vn: Any) -> Any:
     return o + jnp.einsum("...ij,...jv->...iv", x.aqk, vn, precision=HIGHEST)
 
 
-def from_chunks(c: Chunks, o: Any) -> Any:
+def from_chunks(c: Chunks, o: Any, *, gather_transpose: bool = False) -> Any:
     """Chunked output ``[R, HV, NC, C, V]`` → ``[B, T, HV, V]`` (float32)."""
     r, hv, nc, size, dv = o.shape
     o = jnp.moveaxis(o, 1, 3).reshape(r, nc * size, hv, dv)
     if c.plan is None:
         return o[:, : c.t]
-    return take_rows(o[0], c.plan["dst"], c.plan["src"])[None]
+    if gather_transpose:  # as in to_chunks
+        return take_rows(o[0], c.plan["dst"], c.plan["src"])[None]
+    return gather_rows(o[0], c.plan["dst"])[None]
