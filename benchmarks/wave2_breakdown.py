@@ -231,35 +231,41 @@ def _delta_inputs(tiny: bool) -> tuple[int, str, tuple[Any, ...]]:
     return d, f"b{b} t{t} h{h} d{d}", (q, k, v, beta, g, do)
 
 
+def _gdn(q: Any, k: Any, v: Any, g: Any, beta: Any) -> Any:
+    """The op as the delta sections time it: Triton, keys and queries normalized inside."""
+    import ejkernel
+
+    return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
+
+
+def _gdn_fb(q: Any, k: Any, v: Any, g: Any, beta: Any, do: Any) -> Any:
+    loss = lambda *a: jnp.sum(_gdn(*a).astype(jnp.float32) * do)  # noqa: E731
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+
+
+def _inter(c: Any, x: Any) -> Any:
+    """The Triton inter-chunk part on chunks ``c`` and intra-chunk quantities ``x`` (bf16)."""
+    from ejkernel_triton._delta._call import triton_delta_rule
+
+    return triton_delta_rule(c, x, jnp.dtype(jnp.bfloat16), block_v=32, num_warps=4, num_stages=2)
+
+
+def _inter_fb(c: Any, x: Any) -> Any:
+    return jax.value_and_grad(lambda x: jnp.sum(_inter(c, x)[0].astype(jnp.float32)))(x)
+
+
 def delta_tiles(rec: Recorder, tiny: bool, group: str = "inter") -> None:
     """``gated_delta_rule``'s kernels under other tiles (``_delta._call``'s module constants, set
     for one trace each). ``inter``: the output kernel's value block and warps, the reverse state
     walk's stages, the backward products' key block and warps (the inter part forward and
     forward+backward, and the op's forward+backward, per variant). ``intra``: the intra-chunk
     kernels' warps (the op's forward and forward+backward)."""
-    import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
     from ejkernel_triton._delta import _call as D
 
     d, shape, (q, k, v, beta, g, do) = _delta_inputs(tiny)
     c = M.to_chunks(q, k, v, beta, g[..., None], None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64)
     x0 = jax.jit(lambda c: M.intra_chunk(c, None))(c)
-
-    def inter(x):
-        return D.triton_delta_rule(c, x, jnp.dtype(jnp.bfloat16), block_v=32, num_warps=4, num_stages=2)
-
-    def inter_fb(x):
-        return jax.value_and_grad(lambda x: jnp.sum(inter(x)[0].astype(jnp.float32)))(x)
-
-    def op_fb(q, k, v, g, beta, do):
-        def loss(*a):
-            o = ejkernel.gated_delta_rule(*a, use_qk_l2norm_in_kernel=True, platform="triton")
-            return jnp.sum(o.astype(jnp.float32) * do)
-
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
-
-    def op_f(q, k, v, g, beta):
-        return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
 
     if group == "inter":
         base = {n: getattr(D, n) for n in ("O_BLOCK_V", "O_WARPS", "DH_STAGES_MANY", "DQKW_BLOCK_K", "DQKW_WARPS")}
@@ -280,11 +286,13 @@ def delta_tiles(rec: Recorder, tiny: bool, group: str = "inter") -> None:
         f = {"shape": shape, "tiles": {**base, **var}}
         # fresh closures: each variant traces anew
         if group == "inter":
-            rec.time("delta_tiles", f"inter fwd [{tag}]", lambda x: inter(x), (x0,), **f)
-            rec.time("delta_tiles", f"inter fwd+bwd [{tag}]", lambda x: inter_fb(x), (x0,), **f)
+            rec.time("delta_tiles", f"inter fwd [{tag}]", lambda x: _inter(c, x), (x0,), **f)
+            rec.time("delta_tiles", f"inter fwd+bwd [{tag}]", lambda x: _inter_fb(c, x), (x0,), **f)
         else:
-            rec.time("delta_tiles", f"gated_delta_rule fwd [{tag}]", lambda *a: op_f(*a), (q, k, v, g, beta), **f)
-        rec.time("delta_tiles", f"gated_delta_rule fwd+bwd [{tag}]", lambda *a: op_fb(*a), (q, k, v, g, beta, do), **f)
+            rec.time("delta_tiles", f"gated_delta_rule fwd [{tag}]", lambda *a: _gdn(*a), (q, k, v, g, beta), **f)
+        rec.time(
+            "delta_tiles", f"gated_delta_rule fwd+bwd [{tag}]", lambda *a: _gdn_fb(*a), (q, k, v, g, beta, do), **f
+        )
     for name, value in base.items():
         setattr(D, name, value)
 
@@ -293,7 +301,6 @@ def delta(rec: Recorder, tiny: bool) -> None:
     """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
     transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
     inter-chunk part, each forward and forward+backward, and the whole op."""
-    import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
     from ejkernel_triton._delta._call import triton_delta_rule, triton_intra_chunk
 
@@ -321,21 +328,7 @@ def delta(rec: Recorder, tiny: bool) -> None:
         loss = lambda *a: sum(jnp.sum(x * c) for x, c in zip(tintra(*a), cot, strict=True))  # noqa: E731
         return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
 
-    def inter(x):
-        c = chunks(q, k, v, beta, g)
-        return triton_delta_rule(c, x, jnp.dtype(jnp.bfloat16), block_v=32, num_warps=4, num_stages=2)
-
-    def inter_fb(x):
-        loss = lambda x: jnp.sum(inter(x)[0].astype(jnp.float32))  # noqa: E731
-        return jax.value_and_grad(loss)(x)
-
-    def op(q, k, v, g, beta):
-        return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
-
-    def op_fb(q, k, v, g, beta, do):
-        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
-
+    c0 = chunks(q, k, v, beta, g)
     f = {"shape": shape}
     rec.time("delta", "to_chunks (layout)", lambda *a: tuple(chunks(*a))[:6], (q, k, v, beta, g), **f)
     bf16_layout = lambda *a: tuple(chunks(*a, jnp.bfloat16))[:6]  # noqa: E731
@@ -348,10 +341,10 @@ def delta(rec: Recorder, tiny: bool) -> None:
     rec.time("delta", "to_chunks + intra_chunk fwd+bwd (default precision)", tf32_fb, (q, k, v, beta, g), **f)
     rec.time("delta", "to_chunks + triton intra fwd", tintra, (q, k, v, beta, g), **f)
     rec.time("delta", "to_chunks + triton intra fwd+bwd", tintra_fb, (q, k, v, beta, g), **f)
-    rec.time("delta", "triton inter fwd", inter, (x0,), **f)
-    rec.time("delta", "triton inter fwd+bwd", inter_fb, (x0,), **f)
-    rec.time("delta", "gated_delta_rule fwd", op, (q, k, v, g, beta), **f)
-    rec.time("delta", "gated_delta_rule fwd+bwd", op_fb, (q, k, v, g, beta, do), **f)
+    rec.time("delta", "triton inter fwd", functools.partial(_inter, c0), (x0,), **f)
+    rec.time("delta", "triton inter fwd+bwd", functools.partial(_inter_fb, c0), (x0,), **f)
+    rec.time("delta", "gated_delta_rule fwd", _gdn, (q, k, v, g, beta), **f)
+    rec.time("delta", "gated_delta_rule fwd+bwd", _gdn_fb, (q, k, v, g, beta, do), **f)
     # The op composed by hand with either intra-chunk transform (the JAX one: the Triton path
     # before the intra kernels), same run, same inputs
     from ejkernel_triton._delta import impl as DI

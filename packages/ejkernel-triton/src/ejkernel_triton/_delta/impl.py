@@ -95,9 +95,9 @@ class TritonDeltaRule(KernelImpl):
             else:  # 16-bit inputs: TF32 products (finer than the inputs; HIGHEST ran ~3x slower)
                 intra = M.intra_chunk(c, None if dtype != jnp.float32 else M.HIGHEST)
             o, final = triton_delta_rule(
-                c, intra, jnp.dtype(args.value.dtype),
+                c, intra, dtype,
                 block_v=cfg.block_v or BLOCK_V, num_warps=cfg.num_warps or NUM_WARPS,
                 num_stages=cfg.num_stages or NUM_STAGES,
             )  # fmt: skip
-            out = M.from_chunks(c, o, gather_transpose=True).astype(args.value.dtype)
+            out = M.from_chunks(c, o, gather_transpose=True).astype(dtype)
         return (out, final) if args.return_state else out
