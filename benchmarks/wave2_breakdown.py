@@ -17,6 +17,8 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   transform, the Triton inter-chunk kernels, the whole op; forward and forward+backward.
 - ``delta_tiles``, ``delta_intra_warps``: gated_delta_rule's inter-chunk kernels' tiles, the
   intra-chunk kernels' warps: the op (and the inter part) per variant.
+- ``kda_tiles``: kernel_delta_attention's per-channel intra-chunk kernels' key tiles and warps:
+  the intra part and the op per variant.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -297,6 +299,51 @@ def delta_tiles(rec: Recorder, tiny: bool, group: str = "inter") -> None:
         setattr(D, name, value)
 
 
+def kda_tiles(rec: Recorder, tiny: bool) -> None:
+    """``kernel_delta_attention`` (per-channel gate, log-sigmoid of a standard normal as
+    ``ejkernel bench`` feeds it) under other tiles of its intra-chunk kernels (``_delta._call``'s
+    ``PC_BLOCK_K``, ``PC_WARPS``): the intra part alone and the op, forward and forward+backward."""
+    import ejkernel
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta import _call as D
+
+    d, shape, (q, k, v, beta, _, do) = _delta_inputs(tiny)
+    g = jax.nn.log_sigmoid(jax.random.normal(jax.random.key(7), q.shape, jnp.float32))
+    bf = jnp.dtype(jnp.bfloat16)
+
+    def op(q, k, v, beta, g):
+        return ejkernel.kernel_delta_attention(q, k, v, beta, g, platform="triton")
+
+    def op_fb(q, k, v, beta, g, do):
+        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
+
+    def intra(q, k, v, beta, g):
+        c = M.to_chunks(q, k, v, beta, g, None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64, dtype=bf)
+        return D.triton_intra_chunk(c, bf)
+
+    def intra_fb(q, k, v, beta, g):
+        f = lambda *a: sum(jnp.sum(x.astype(jnp.float32)) for x in intra(*a))  # noqa: E731
+        return jax.value_and_grad(f, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
+
+    base = {"PC_BLOCK_K": D.PC_BLOCK_K, "PC_WARPS": dict(D.PC_WARPS)}
+    w = base["PC_WARPS"]
+    variants = [{}, {"PC_BLOCK_K": 16}, {"PC_WARPS": {**w, "inverse": 8, "bwd_qk": 8}}]
+    variants += [{"PC_BLOCK_K": 16, "PC_WARPS": {**w, "bwd_qk": 8}}, {"PC_BLOCK_K": 64, "PC_WARPS": {n: 8 for n in w}}]
+    for var in variants:
+        for name, value in {**base, **var}.items():
+            setattr(D, name, value)
+        tag = ",".join(f"{n}={val}" for n, val in var.items()) or "default"
+        f = {"shape": shape, "tiles": {**base, **var}}
+        args = (q, k, v, beta, g)
+        rec.time("kda_tiles", f"intra fwd [{tag}]", lambda *a: intra(*a), args, **f)
+        rec.time("kda_tiles", f"intra fwd+bwd [{tag}]", lambda *a: intra_fb(*a), args, **f)
+        rec.time("kda_tiles", f"kernel_delta_attention fwd [{tag}]", lambda *a: op(*a), args, **f)
+        rec.time("kda_tiles", f"kernel_delta_attention fwd+bwd [{tag}]", lambda *a: op_fb(*a), (*args, do), **f)
+    for name, value in base.items():
+        setattr(D, name, value)
+
+
 def delta(rec: Recorder, tiny: bool) -> None:
     """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
     transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
@@ -443,6 +490,7 @@ def main() -> None:
                 "delta": delta,
                 "delta_tiles": delta_tiles,
                 "delta_intra_warps": functools.partial(delta_tiles, group="intra"),
+                "kda_tiles": kda_tiles,
                 "ssm1": ssm1,
                 "pool": pool,
             }[name](rec, ns.tiny)

@@ -103,7 +103,9 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
     """The Triton intra-chunk WY transform (``_delta._call.triton_intra_chunk``) against
     ``delta_rule_math.intra_chunk`` in float32: every output (W, U, Aqk, Qg, Kg, glast) and the
     VJP of a random cotangent into q, k, v, β and the gate; odd head dims (masked tiles), a
-    padded last chunk, decays up to ~3 nats per token (chunk totals past e^-40), β in (0, 1).
+    padded last chunk, decays up to ~3 nats per token (chunk totals past e^-40; a per-channel
+    gate's steep head takes the column steps inside its sub-blocks, the mild one the factored
+    product), β in (0, 1).
     ``float16``: the kernels as 16-bit inputs run them (q, k, v chunked in float16, TF32 products
     and inverse, outputs stored and cotangents read in float16), at float16 tolerances."""
     import jax
@@ -114,7 +116,8 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
     from ejkernel_triton._delta import _call as D
 
     rng = np.random.default_rng(3)
-    b, t, h, dk, dv = 2, 2 * chunk + 5, 2, 20, 12
+    # per-channel gates: two key tiles of the _pc kernels (PC_BLOCK_K = 32), the second masked
+    b, t, h, dk, dv = 2, 2 * chunk + 5, 2, 40 if gate == "channel" else 20, 12
     q = jnp.asarray(rng.standard_normal((b, t, h, dk)), jnp.float32)
     k = jnp.asarray(rng.standard_normal((b, t, h, dk)), jnp.float32)
     v = jnp.asarray(rng.standard_normal((b, t, h, dv)), jnp.float32)

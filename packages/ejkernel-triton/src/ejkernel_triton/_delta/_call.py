@@ -29,6 +29,7 @@ from ._intra import (
     delta_intra_bwd_wy_pc_kernel,
     delta_intra_fwd_kernel,
     delta_intra_fwd_pc_kernel,
+    delta_intra_gate_pc_kernel,
     delta_intra_inverse_kernel,
     delta_intra_inverse_pc_kernel,
 )
@@ -236,6 +237,10 @@ INTRA_OPERANDS = "bf16"
 # 2.859 fwd+bwd with the qk backward at four (results/h200/wave2/delta-bwd, call 6). The WY
 # backward spills 412 B at four warps.
 INTRA_WARPS = {"inverse": 4, "fwd": 4, "bwd_wy": 8, "bwd_a": 8, "bwd_qk": 4}
+# A per-channel gate (KDA): key tiles of the pair sums and products (``_intra``'s ``*_pc_kernel``),
+# and warps per kernel.
+PC_BLOCK_K = 32
+PC_WARPS = {"inverse": 4, "fwd": 4, "bwd_wy": 4, "bwd_qk": 4}
 
 
 def _intra_operands(dtype: Any) -> str:
@@ -258,11 +263,14 @@ class IntraSpec:
     out: str  # W, U, Aqk, Qg, Kg's dtype: the inter-chunk kernels' (glast and M stay float32)
 
     def consts(self, *, v: bool = True) -> dict[str, Any]:
-        """The kernels' compile-time arguments (``v``: with the value dim)."""
+        """The scalar-gate kernels' compile-time arguments (``v``: with the value dim)."""
         c = dict(C=self.c, K=self.k, BK=_pow2(self.k)) | (dict(V=self.v, BV=_pow2(self.v)) if v else {})
-        return c | (
-            dict(OPS=self.ops, GPREC=self.gate_prec) if self.per_channel else dict(HAS_G=self.has_g, OPS=self.ops)
-        )
+        return c | dict(HAS_G=self.has_g, OPS=self.ops)
+
+    @property
+    def pc_block_k(self) -> int:
+        """Key channels per tile of the per-channel kernels."""
+        return min(PC_BLOCK_K, _pow2(self.k))
 
     @property
     def inverse_prec(self) -> str:
@@ -275,32 +283,58 @@ class IntraSpec:
     @property
     def gate_prec(self) -> str:
         """A per-channel gate's factored products (``_linear._kernel._fdot``): TF32 where the
-        other products take bfloat16 operands (the factors ``e^{±(G − G_mid)}`` reach ``e^±SPAN``)."""
+        other products take bfloat16 operands (the factors ``e^{±(G − G_r)}`` reach ``e^±SPAN``)."""
         return "tf32" if self.ops == "bf16" else self.ops
 
 
 def _intra_forward(spec: IntraSpec, q, k, v, beta, g):
-    """The intra-chunk outputs and ``M = (I + A)⁻¹`` (kept for the backward)."""
+    """The intra-chunk outputs and what the backward keeps: ``M = (I + A)⁻¹``; under a
+    per-channel gate also ``G`` (its cumulative sums) and ``S`` (``A`` before ``diag(β)``)."""
     n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
-    pc = spec.per_channel
+    dt = jnp.dtype(spec.out)
+    if spec.per_channel:
+        bk = spec.pc_block_k
+        (gs,) = launch(
+            delta_intra_gate_pc_kernel, g,
+            out_shape=[jax.ShapeDtypeStruct((n, c, kd), F32)],
+            grid=(n, -(-kd // bk)), num_warps=4, num_stages=1, name="ejkernel_delta_intra_gate", C=c, K=kd, BK=bk,
+        )  # fmt: skip
+        m, se, aqk = launch(
+            delta_intra_inverse_pc_kernel, q, k, beta, gs,
+            out_shape=[
+                jax.ShapeDtypeStruct((n, c, c), F32), jax.ShapeDtypeStruct((n, c, c), F32),
+                jax.ShapeDtypeStruct((n, c, c), dt),
+            ],
+            grid=(n,), num_warps=PC_WARPS["inverse"], num_stages=1, name="ejkernel_delta_intra_inverse",
+            C=c, K=kd, BK=bk, GPREC=spec.gate_prec, IPREC=spec.inverse_prec,
+        )  # fmt: skip
+        w, u, qg, kg, glast = launch(
+            delta_intra_fwd_pc_kernel, q, k, v, beta, gs, m,
+            out_shape=[
+                jax.ShapeDtypeStruct((n, c, kd), dt), jax.ShapeDtypeStruct((n, c, vd), dt),
+                jax.ShapeDtypeStruct((n, c, kd), dt), jax.ShapeDtypeStruct((n, c, kd), dt),
+                jax.ShapeDtypeStruct((n, kd), F32),
+            ],
+            grid=(n,), num_warps=PC_WARPS["fwd"], num_stages=1, name="ejkernel_delta_intra_fwd",
+            C=c, K=kd, V=vd, BK=bk, BV=min(_pow2(vd), bk), OPS=spec.ops,
+        )  # fmt: skip
+        return (w, u, aqk, qg, kg, glast), (gs, m, se)
     (m,) = launch(
-        delta_intra_inverse_pc_kernel if pc else delta_intra_inverse_kernel, k, beta, g,
+        delta_intra_inverse_kernel, k, beta, g,
         out_shape=[jax.ShapeDtypeStruct((n, c, c), F32)],
         grid=(n,), num_warps=INTRA_WARPS["inverse"], num_stages=1, name="ejkernel_delta_intra_inverse",
         IPREC=spec.inverse_prec, **spec.consts(v=False),
     )  # fmt: skip
-    dt = jnp.dtype(spec.out)
     outs = launch(
-        delta_intra_fwd_pc_kernel if pc else delta_intra_fwd_kernel, q, k, v, beta, g, m,
+        delta_intra_fwd_kernel, q, k, v, beta, g, m,
         out_shape=[
             jax.ShapeDtypeStruct((n, c, kd), dt), jax.ShapeDtypeStruct((n, c, vd), dt),
             jax.ShapeDtypeStruct((n, c, c), dt), jax.ShapeDtypeStruct((n, c, kd), dt),
-            jax.ShapeDtypeStruct((n, c, kd), dt),
-            jax.ShapeDtypeStruct((n, kd) if spec.per_channel else (n,), F32),
+            jax.ShapeDtypeStruct((n, c, kd), dt), jax.ShapeDtypeStruct((n,), F32),
         ],
         grid=(n,), num_warps=INTRA_WARPS["fwd"], num_stages=1, name="ejkernel_delta_intra_fwd", **spec.consts(),
     )  # fmt: skip
-    return tuple(outs), m
+    return tuple(outs), (g, m, None)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -309,48 +343,67 @@ def _intra(spec: IntraSpec, q, k, v, beta, g):
 
 
 def _intra_fwd(spec: IntraSpec, q, k, v, beta, g):
-    outs, m = _intra_forward(spec, q, k, v, beta, g)
-    return outs, (q, k, v, beta, g, m)
+    outs, (gs, m, se) = _intra_forward(spec, q, k, v, beta, g)
+    return outs, (q, k, v, beta, gs, m, se)
+
+
+def _intra_bwd_pc(spec: IntraSpec, res, cts):
+    """A per-channel gate: through W, U and T (one program per chunk), then through ``S``, Aqk,
+    Qg, Kg and glast (one per chunk and key tile)."""
+    q, k, v, beta, gs, m, se = res
+    dw, du, daqk, dqg, dkg, dglast = cts
+    n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
+    bk = spec.pc_block_k
+    dk_wy, dv, dbeta, dg_wy, dp = launch(
+        delta_intra_bwd_wy_pc_kernel, k, v, beta, gs, m, se, dw, du,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
+            jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct((n, c, kd), F32),
+            jax.ShapeDtypeStruct((n, c, c), F32),
+        ],
+        grid=(n,), num_warps=PC_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
+        C=c, K=kd, V=vd, BK=bk, BV=min(_pow2(vd), bk), OPS=spec.ops,
+    )  # fmt: skip
+    dq, dk, dg = launch(
+        delta_intra_bwd_qk_pc_kernel, q, k, gs, dp, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), q.dtype), jax.ShapeDtypeStruct((n, c, kd), k.dtype),
+            jax.ShapeDtypeStruct((n, c, kd), F32),
+        ],
+        grid=(n, -(-kd // bk)), num_warps=PC_WARPS["bwd_qk"], num_stages=1, name="ejkernel_delta_intra_bwd_qk",
+        C=c, K=kd, BK=bk, GPREC=spec.gate_prec,
+    )  # fmt: skip
+    return dq, dk, dv, dbeta, dg
 
 
 def _intra_bwd(spec: IntraSpec, res, cts):
-    q, k, v, beta, g, m = res
+    if spec.per_channel:
+        return _intra_bwd_pc(spec, res, cts)
+    q, k, v, beta, g, m, _ = res
     dw, du, daqk, dqg, dkg, dglast = cts
     n, c, kd, vd = spec.n, spec.c, spec.k, spec.v
-    gate_shape = (n, c, kd) if spec.per_channel else (n, c)
-    if spec.per_channel:
-        dk_wy, dv, dbeta, dg_wy = launch(
-            delta_intra_bwd_wy_pc_kernel, k, v, beta, g, m, dw, du,
-            out_shape=[
-                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
-                jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
-            ],
-            grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
-            **spec.consts(),
-        )  # fmt: skip
-    else:  # in two kernels: through W, U, T (then dA), then through A (one kernel spilled ~800 B)
-        dk_t, dv, db_t, dg_t, da = launch(
-            delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du,
-            out_shape=[
-                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
-                jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct(gate_shape, F32),
-                jax.ShapeDtypeStruct((n, c, c), F32),
-            ],
-            grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
-            **spec.consts(),
-        )  # fmt: skip
-        dk_wy, dbeta, dg_wy = launch(
-            delta_intra_bwd_a_kernel, k, beta, g, da, dk_t, db_t, dg_t,
-            out_shape=[
-                jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c), F32),
-                jax.ShapeDtypeStruct(gate_shape, F32),
-            ],
-            grid=(n,), num_warps=INTRA_WARPS["bwd_a"], num_stages=1, name="ejkernel_delta_intra_bwd_a",
-            **spec.consts(v=False),
-        )  # fmt: skip
-    qk = delta_intra_bwd_qk_pc_kernel if spec.per_channel else delta_intra_bwd_qk_kernel
+    # in two kernels: through W, U, T (then dA), then through A (one kernel spilled ~800 B)
+    dk_t, dv, db_t, dg_t, da = launch(
+        delta_intra_bwd_wy_kernel, k, v, beta, g, m, dw, du,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c, vd), v.dtype),
+            jax.ShapeDtypeStruct((n, c), F32), jax.ShapeDtypeStruct((n, c), F32),
+            jax.ShapeDtypeStruct((n, c, c), F32),
+        ],
+        grid=(n,), num_warps=INTRA_WARPS["bwd_wy"], num_stages=1, name="ejkernel_delta_intra_bwd_wy",
+        **spec.consts(),
+    )  # fmt: skip
+    dk_wy, dbeta, dg_wy = launch(
+        delta_intra_bwd_a_kernel, k, beta, g, da, dk_t, db_t, dg_t,
+        out_shape=[
+            jax.ShapeDtypeStruct((n, c, kd), F32), jax.ShapeDtypeStruct((n, c), F32),
+            jax.ShapeDtypeStruct((n, c), F32),
+        ],
+        grid=(n,), num_warps=INTRA_WARPS["bwd_a"], num_stages=1, name="ejkernel_delta_intra_bwd_a",
+        **spec.consts(v=False),
+    )  # fmt: skip
     dq, dk, dg = launch(
-        qk, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
+        delta_intra_bwd_qk_kernel, q, k, g, daqk, dqg, dkg, dglast, dk_wy, dg_wy,
         out_shape=[
             jax.ShapeDtypeStruct((n, c, kd), q.dtype), jax.ShapeDtypeStruct((n, c, kd), k.dtype),
             jax.ShapeDtypeStruct(g.shape, F32),

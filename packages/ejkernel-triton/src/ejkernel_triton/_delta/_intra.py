@@ -31,8 +31,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._linear._kernel import SPAN
 from .._linear._kernel import _fdot as _dot
-from .._linear._kernel import _gate_scores, _intra_dqk
+
+# Rows of the sub-blocks of a per-channel gate's pair sums (below).
+SUB = tl.constexpr(16)
 
 
 @triton.jit
@@ -251,159 +254,255 @@ def delta_intra_bwd_qk_kernel(
         tl.store(dg + rows, tl.cumsum(b_dG, axis=0, reverse=True))
 
 
-# -- a per-channel gate (KDA): E_ijd = exp(G_id − G_jd) -------------------------------------------
-# The pair sums Σ_d x_id y_jd E_ijd are the linear-attention kernels' intra-chunk scores
-# (``_linear._kernel._gate_scores``: one product, as ``GPREC``, factored through the chunk's
-# middle row within ``SPAN``, else column by column) and their gradients (``_intra_dqk``): with ``P`` the
-# gradient of such a pair sum, ``row_i = Σ_j P_ij y_j ⊙ E_ij`` and ``col_j = Σ_i P_ij x_i ⊙ E_ij``
-# give ``dx += row``, ``dy += col`` and the gate ``dG += x ⊙ row − y ⊙ col``.
+# -- a per-key-channel gate (KDA): E_ijd = exp(G_id − G_jd) -----------------------------------------
+# The pair sums ``S[i, j] = Σ_d x_id y_jd E_ijd`` (``A``'s with x = y = K, Aqk's with x = Q, y = K)
+# by ``SUB``-row sub-blocks (fla's KDA scheme; ``delta_rule_math._pair`` in JAX), key tiles of
+# ``BK`` channels in turn, ``G`` (the chunk's cumulative gate, float32) read from memory at any row:
+#
+# - pairs in different sub-blocks (``j < r <= i``, ``r`` the first row of ``i``'s sub-block): one
+#   product per sub-block of ``x_i ⊙ exp(G_i − G_r)`` and ``y_j ⊙ exp(G_r − G_j)`` (both
+#   exponents <= 0 for a decaying gate: no overflow, however steep);
+# - pairs inside a sub-block: one product of ``x_i ⊙ exp(G_i − G_r)`` and ``y_j ⊙ exp(G_r − G_j)``
+#   over all sub-blocks at once when every ``|G − G_r|`` of the key tile is within ``SPAN`` (the
+#   factors and their products finite), else ``SUB`` column steps whose exponents span ``j..i``
+#   only (exact for any decay).
+#
+# The gradient of such a pair sum, ``P = dS``: ``row_i = Σ_j P_ij y_j ⊙ E_ij``, ``col_j = Σ_i P_ij
+# x_i ⊙ E_ij``; ``dx += row``, ``dy += col``, ``dG += x ⊙ row − y ⊙ col``, by the same blocking.
 
 
 @triton.jit
-def _last_row(x, o_c, C: tl.constexpr):
-    return tl.sum(tl.where((o_c == C - 1)[:, None], x, 0.0), axis=0)
+def _tile(ptr, rows, o_k, K: tl.constexpr):
+    """Rows ``rows`` (``[C]``, any order) and key channels ``o_k`` of a ``[·, K]`` tensor, float32."""
+    return tl.load(ptr + rows[:, None] * K + o_k[None, :], mask=(o_k < K)[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def delta_intra_gate_pc_kernel(g, G, C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+    """``G``: the gate's cumulative sum inside each chunk (per key channel), float32."""
+    i = tl.program_id(0).to(tl.int64)
+    o_k = tl.program_id(1) * BK + tl.arange(0, BK)
+    rows = i * C + tl.arange(0, C)
+    p = rows[:, None] * K + o_k[None, :]
+    tl.store(G + p, tl.cumsum(_tile(g, rows, o_k, K), axis=0), mask=(o_k < K)[None, :])
 
 
 @triton.jit
 def delta_intra_inverse_pc_kernel(
-    k, beta, g,
-    m,
-    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, OPS: tl.constexpr, GPREC: tl.constexpr,
-    IPREC: tl.constexpr,
+    q, k, beta, G,
+    m, se, aqk,
+    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, GPREC: tl.constexpr, IPREC: tl.constexpr,
 ):  # fmt: skip
-    """:func:`delta_intra_inverse_kernel` of a per-channel gate."""
+    """Per chunk: ``S = tril(K Kᵀ ⊙ E, −1)`` (stored for the backward's ``dβ``), ``M = (I +
+    diag(β) S)⁻¹`` and ``Aqk = tril(Q Kᵀ ⊙ E)``, the pair sums over the key tiles in turn."""
     i = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, C)
-    o_k = tl.arange(0, BK)
-    rows = i * C + o_c
-    p_k = rows[:, None] * K + o_k[None, :]
-    m_k = (o_k < K)[None, :]
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
+    base = i * C
+    rows = base + o_c
+    ref = (o_c // SUB) * SUB  # each row's sub-block start
+    pos = o_c - ref
+    same = ref[:, None] == ref[None, :]
+    causal = o_c[:, None] >= o_c[None, :]
+    acc_kk = tl.zeros([C, C], dtype=tl.float32)
+    acc_qk = tl.zeros([C, C], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_q = _tile(q, rows, o_k, K)
+        b_k = _tile(k, rows, o_k, K)
+        b_G = _tile(G, rows, o_k, K)
+        b_d = b_G - _tile(G, base + ref, o_k, K)
+        b_ex = tl.exp(b_d)
+        b_xq = b_q * b_ex
+        b_xk = b_k * b_ex
+        for blk in tl.static_range(1, C // SUB):  # pairs in earlier sub-blocks
+            before = o_c < blk * SUB
+            g_r = tl.load(G + (base + blk * SUB) * K + o_k, mask=o_k < K, other=0.0)
+            b_y = b_k * tl.exp(tl.where(before[:, None], g_r[None, :] - b_G, float("-inf")))
+            in_blk = (ref == blk * SUB)[:, None]
+            acc_kk += _dot(tl.where(in_blk, b_xk, 0.0), tl.trans(b_y), GPREC)
+            acc_qk += _dot(tl.where(in_blk, b_xq, 0.0), tl.trans(b_y), GPREC)
+        if tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN:  # pairs inside a sub-block, factored
+            b_yd = b_k * tl.exp(-b_d)
+            keep = same & causal
+            acc_kk += tl.where(keep, _dot(b_xk, tl.trans(b_yd), GPREC), 0.0)
+            acc_qk += tl.where(keep, _dot(b_xq, tl.trans(b_yd), GPREC), 0.0)
+        else:  # column by column: column ref + s of every sub-block at once
+            for s in range(SUB):
+                cols = ref + s
+                b_e = tl.exp(tl.where((pos >= s)[:, None], b_G - _tile(G, base + cols, o_k, K), float("-inf")))
+                b_ke = _tile(k, base + cols, o_k, K) * b_e
+                sel = o_c[None, :] == cols[:, None]
+                acc_kk = tl.where(sel, acc_kk + tl.sum(b_k * b_ke, axis=1)[:, None], acc_kk)
+                acc_qk = tl.where(sel, acc_qk + tl.sum(b_q * b_ke, axis=1)[:, None], acc_qk)
+    p_c = rows[:, None] * C + o_c[None, :]
+    b_s = tl.where(o_c[:, None] > o_c[None, :], acc_kk, 0.0)
+    tl.store(se + p_c, b_s)
+    tl.store(aqk + p_c, tl.where(causal, acc_qk, 0.0).to(aqk.dtype.element_ty))
     b_b = tl.load(beta + rows)
-    b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)  # [C, BK]
-    b_A = tl.where(o_c[:, None] > o_c[None, :], _gate_scores(b_k, b_k, b_G, o_c, C, GPREC), 0.0) * b_b[:, None]
-    tl.store(m + rows[:, None] * C + o_c[None, :], _unit_lower_inverse(b_A, o_c, C, IPREC))
+    tl.store(m + p_c, _unit_lower_inverse(b_s * b_b[:, None], o_c, C, IPREC))
 
 
 @triton.jit
 def delta_intra_fwd_pc_kernel(
-    q, k, v, beta, g, m,
-    w, u, aqk, qg, kg, glast,
+    q, k, v, beta, G, m,
+    w, u, qg, kg, glast,
     C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    OPS: tl.constexpr, GPREC: tl.constexpr,
+    OPS: tl.constexpr,
 ):  # fmt: skip
+    """Per chunk: ``W = T (K ⊙ e^G)``, ``U = T V``, ``Qg``, ``Kg`` and ``glast`` by key and value tiles."""
     i = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, C)
-    o_k = tl.arange(0, BK)
-    o_v = tl.arange(0, BV)
     rows = i * C + o_c
-    p_k = rows[:, None] * K + o_k[None, :]
-    p_v = rows[:, None] * V + o_v[None, :]
-    m_k = (o_k < K)[None, :]
-    m_v = (o_v < V)[None, :]
     b_b = tl.load(beta + rows)
     b_T = tl.load(m + rows[:, None] * C + o_c[None, :]) * b_b[None, :]
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)  # [C, BK]
-    b_Gl = _last_row(b_G, o_c, C)
-    b_eG = tl.exp(b_G)
-    tl.store(w + p_k, _dot(b_T, b_k * b_eG, OPS).to(w.dtype.element_ty), mask=m_k)
-    tl.store(
-        u + p_v, _dot(b_T, tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32), OPS).to(u.dtype.element_ty), mask=m_v
-    )
-    tl.store(kg + p_k, (b_k * tl.exp(b_Gl[None, :] - b_G)).to(kg.dtype.element_ty), mask=m_k)
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_aqk = _gate_scores(b_q, b_k, b_G, o_c, C, GPREC)
-    tl.store(aqk + rows[:, None] * C + o_c[None, :], b_aqk.to(aqk.dtype.element_ty))
-    tl.store(qg + p_k, (b_q * b_eG).to(qg.dtype.element_ty), mask=m_k)
-    tl.store(glast + i * K + o_k, tl.exp(b_Gl), mask=o_k < K)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        p_k = rows[:, None] * K + o_k[None, :]
+        b_k = _tile(k, rows, o_k, K)
+        b_G = _tile(G, rows, o_k, K)
+        b_Gl = tl.load(G + (i * C + C - 1) * K + o_k, mask=m_k, other=0.0)
+        b_eG = tl.exp(b_G)
+        tl.store(w + p_k, _dot(b_T, b_k * b_eG, OPS).to(w.dtype.element_ty), mask=m_k[None, :])
+        tl.store(kg + p_k, (b_k * tl.exp(b_Gl[None, :] - b_G)).to(kg.dtype.element_ty), mask=m_k[None, :])
+        tl.store(qg + p_k, (_tile(q, rows, o_k, K) * b_eG).to(qg.dtype.element_ty), mask=m_k[None, :])
+        tl.store(glast + i * K + o_k, tl.exp(b_Gl), mask=m_k)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        p_v = rows[:, None] * V + o_v[None, :]
+        b_u = _dot(b_T, _tile(v, rows, o_v, V), OPS)
+        tl.store(u + p_v, b_u.to(u.dtype.element_ty), mask=(o_v < V)[None, :])
 
 
 @triton.jit
 def delta_intra_bwd_wy_pc_kernel(
-    k, v, beta, g, m, dw, du,
-    dk, dv, dbeta, dG,
+    k, v, beta, G, m, se, dw, du,
+    dk, dv, dbeta, dG, dp,
     C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    OPS: tl.constexpr, GPREC: tl.constexpr,
+    OPS: tl.constexpr,
 ):  # fmt: skip
-    """:func:`delta_intra_bwd_wy_kernel` of a per-channel gate (``dG`` per row and channel)."""
+    """Per chunk, the gradient through ``W``, ``U`` and ``T``: ``dV``; ``dK`` and ``dG`` through
+    ``K ⊙ e^G``; ``dβ``; and ``P = diag(β) dA`` (strictly lower), the gradient of ``S``, for
+    :func:`delta_intra_bwd_qk_pc_kernel`."""
     i = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, C)
-    o_k = tl.arange(0, BK)
-    o_v = tl.arange(0, BV)
     rows = i * C + o_c
-    p_k = rows[:, None] * K + o_k[None, :]
-    p_v = rows[:, None] * V + o_v[None, :]
-    m_k = (o_k < K)[None, :]
-    m_v = (o_v < V)[None, :]
+    p_c = rows[:, None] * C + o_c[None, :]
     b_b = tl.load(beta + rows)
-    b_M = tl.load(m + rows[:, None] * C + o_c[None, :])
+    b_M = tl.load(m + p_c)
     b_T = b_M * b_b[None, :]
-    # U = T V, then W = T Kd (each pair of [C, ·] tiles dead after its products)
-    b_du = tl.load(du + p_v, mask=m_v, other=0.0).to(tl.float32)
-    b_dT = _dot(b_du, tl.trans(tl.load(v + p_v, mask=m_v, other=0.0).to(tl.float32)), OPS)
-    tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS).to(dv.dtype.element_ty), mask=m_v)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)
-    b_eG = tl.exp(b_G)
-    b_kd = b_k * b_eG
-    b_dw = tl.load(dw + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_dT += _dot(b_dw, tl.trans(b_kd), OPS)
-    b_dkd = _dot(tl.trans(b_T), b_dw, OPS)
-    b_dk = b_dkd * b_eG
-    b_dG = b_dkd * b_kd
-    b_SE = tl.where(o_c[:, None] > o_c[None, :], _gate_scores(b_k, b_k, b_G, o_c, C, GPREC), 0.0)
-    b_db = tl.sum(b_dT * b_M, axis=0)
+    b_dT = tl.zeros([C, C], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):  # U = T V
+        o_v = i_v * BV + tl.arange(0, BV)
+        b_du = _tile(du, rows, o_v, V)
+        b_dT += _dot(b_du, tl.trans(_tile(v, rows, o_v, V)), OPS)
+        p_v = rows[:, None] * V + o_v[None, :]
+        tl.store(dv + p_v, _dot(tl.trans(b_T), b_du, OPS).to(dv.dtype.element_ty), mask=(o_v < V)[None, :])
+    for i_k in range(tl.cdiv(K, BK)):  # W = T (K ⊙ e^G)
+        o_k = i_k * BK + tl.arange(0, BK)
+        p_k = rows[:, None] * K + o_k[None, :]
+        m_k = (o_k < K)[None, :]
+        b_eG = tl.exp(_tile(G, rows, o_k, K))
+        b_kd = _tile(k, rows, o_k, K) * b_eG
+        b_dw = _tile(dw, rows, o_k, K)
+        b_dT += _dot(b_dw, tl.trans(b_kd), OPS)
+        b_dkd = _dot(tl.trans(b_T), b_dw, OPS)
+        tl.store(dk + p_k, b_dkd * b_eG, mask=m_k)
+        tl.store(dG + p_k, b_dkd * b_kd, mask=m_k)
+    # T = M diag(β); M = (I + A)⁻¹, A = diag(β) S: dA = −Mᵀ dM Mᵀ, strictly lower
     b_dA = -_dot(_dot(tl.trans(b_M), b_dT * b_b[None, :], OPS), tl.trans(b_M), OPS)
     b_dA = tl.where(o_c[:, None] > o_c[None, :], b_dA, 0.0)
-    b_db += tl.sum(b_dA * b_SE, axis=1)
-    b_row, b_col = _intra_dqk(
-        tl.zeros([C, BK], dtype=tl.float32), b_dA * b_b[:, None], b_k, b_k, b_G, o_c, C, BK, GPREC
-    )
-    b_dk += b_row + b_col
-    b_dG += b_k * (b_row - b_col)
-    tl.store(dk + p_k, b_dk, mask=m_k)
-    tl.store(dbeta + rows, b_db)
-    tl.store(dG + p_k, b_dG, mask=m_k)
+    tl.store(dbeta + rows, tl.sum(b_dT * b_M, axis=0) + tl.sum(b_dA * tl.load(se + p_c), axis=1))
+    tl.store(dp + p_c, b_dA * b_b[:, None])
 
 
 @triton.jit
 def delta_intra_bwd_qk_pc_kernel(
-    q, k, g, daqk, dqg, dkg, dglast, dk_wy, dG_wy,
+    q, k, G, dp, daqk, dqg, dkg, dglast, dk_wy, dG_wy,
     dq, dk, dg,
-    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, OPS: tl.constexpr, GPREC: tl.constexpr,
+    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, GPREC: tl.constexpr,
 ):  # fmt: skip
-    """:func:`delta_intra_bwd_qk_kernel` of a per-channel gate."""
+    """Per (chunk, key tile): the gradient through ``S`` (``P``), ``Aqk``, ``Qg``, ``Kg`` and
+    ``glast``, added to the WY parts: ``dQ``, ``dK`` and the gate's ``dg`` (the reverse cumulative
+    sum of ``dG`` inside the chunk)."""
     i = tl.program_id(0).to(tl.int64)
-    o_c = tl.arange(0, C)
-    o_k = tl.arange(0, BK)
-    rows = i * C + o_c
-    p_k = rows[:, None] * K + o_k[None, :]
+    o_k = tl.program_id(1) * BK + tl.arange(0, BK)
     m_k = (o_k < K)[None, :]
-    b_q = tl.load(q + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_G = tl.cumsum(tl.load(g + p_k, mask=m_k, other=0.0), axis=0)
-    b_Gl = _last_row(b_G, o_c, C)
+    o_c = tl.arange(0, C)
+    base = i * C
+    rows = base + o_c
+    ref = (o_c // SUB) * SUB
+    pos = o_c - ref
+    p_c = rows[:, None] * C + o_c[None, :]
+    causal = o_c[:, None] >= o_c[None, :]
+    b_P = tl.load(dp + p_c)  # strictly lower
+    b_R = tl.where(causal, tl.load(daqk + p_c).to(tl.float32), 0.0)
+    b_q = _tile(q, rows, o_k, K)
+    b_k = _tile(k, rows, o_k, K)
+    b_G = _tile(G, rows, o_k, K)
+    b_d = b_G - _tile(G, base + ref, o_k, K)
+    b_ex = tl.exp(b_d)
+    b_xq = b_q * b_ex
+    b_xk = b_k * b_ex
+    b_rowP = tl.zeros([C, BK], dtype=tl.float32)
+    b_rowR = tl.zeros([C, BK], dtype=tl.float32)
+    b_colP = tl.zeros([C, BK], dtype=tl.float32)
+    b_colR = tl.zeros([C, BK], dtype=tl.float32)
+    for blk in tl.static_range(1, C // SUB):  # pairs (i in sub-block blk, j before it)
+        before = o_c < blk * SUB
+        g_r = tl.load(G + (base + blk * SUB) * K + o_k, mask=o_k < K, other=0.0)
+        b_z = tl.exp(tl.where(before[:, None], g_r[None, :] - b_G, float("-inf")))  # e^{G_r − G_j}
+        keep = (ref == blk * SUB)[:, None] & before[None, :]
+        b_Pb = tl.where(keep, b_P, 0.0)
+        b_Rb = tl.where(keep, b_R, 0.0)
+        b_y = b_k * b_z
+        b_rowP += _dot(b_Pb, b_y, GPREC)  # times e^{G_i − G_r} below
+        b_rowR += _dot(b_Rb, b_y, GPREC)
+        b_colP += b_z * _dot(tl.trans(b_Pb), b_xk, GPREC)
+        b_colR += b_z * _dot(tl.trans(b_Rb), b_xq, GPREC)
+    b_rowP *= b_ex
+    b_rowR *= b_ex
+    if tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN:  # pairs inside a sub-block, factored
+        same = ref[:, None] == ref[None, :]
+        b_Pd = tl.where(same, b_P, 0.0)
+        b_Rd = tl.where(same, b_R, 0.0)
+        b_iex = tl.exp(-b_d)
+        b_yd = b_k * b_iex
+        b_rowP += b_ex * _dot(b_Pd, b_yd, GPREC)
+        b_rowR += b_ex * _dot(b_Rd, b_yd, GPREC)
+        b_colP += b_iex * _dot(tl.trans(b_Pd), b_xk, GPREC)
+        b_colR += b_iex * _dot(tl.trans(b_Rd), b_xq, GPREC)
+    else:  # step s: row i's pair with ref_i + s (rows), and column j's pair with ref_j + s (columns)
+        for s in range(SUB):
+            other = base + ref + s
+            b_Gs = _tile(G, other, o_k, K)
+            b_ks = _tile(k, other, o_k, K)
+            lo = (pos >= s)[:, None]
+            hi = (pos <= s)[:, None]
+            b_er = tl.exp(tl.where(lo, b_G - b_Gs, float("-inf")))  # e^{G_i − G_{ref+s}}, ref + s <= i
+            b_ec = tl.exp(tl.where(hi, b_Gs - b_G, float("-inf")))  # e^{G_{ref+s} − G_j}, j <= ref + s
+            p_row = rows * C + ref + s
+            p_col = other * C + o_c
+            b_pr = tl.load(dp + p_row)
+            b_rr = tl.where(pos >= s, tl.load(daqk + p_row).to(tl.float32), 0.0)
+            b_pc = tl.load(dp + p_col)
+            b_rc = tl.where(pos <= s, tl.load(daqk + p_col).to(tl.float32), 0.0)
+            b_rowP += b_pr[:, None] * b_ks * b_er
+            b_rowR += b_rr[:, None] * b_ks * b_er
+            b_colP += b_pc[:, None] * b_ks * b_ec
+            b_colR += b_rc[:, None] * _tile(q, other, o_k, K) * b_ec
+    # Qg = Q e^G, Kg = K e^{G_C − G}, glast = e^{G_C}
+    b_Gl = tl.load(G + (base + C - 1) * K + o_k, mask=o_k < K, other=0.0)
     b_eG = tl.exp(b_G)
-    # Aqk: the pairs s < t through _intra_dqk; the diagonal (E = 1) adds to dq and dk only (its
-    # two gate terms cancel)
-    b_R = tl.load(daqk + rows[:, None] * C + o_c[None, :]).to(tl.float32)
-    b_row, b_col = _intra_dqk(tl.zeros([C, BK], dtype=tl.float32), b_R, b_q, b_k, b_G, o_c, C, BK, GPREC)
-    b_Rd = tl.sum(tl.where(o_c[:, None] == o_c[None, :], b_R, 0.0), axis=1)
-    b_dq = b_row + b_Rd[:, None] * b_k
-    b_dk = tl.load(dk_wy + p_k, mask=m_k, other=0.0) + b_col + b_Rd[:, None] * b_q
-    b_dG = tl.load(dG_wy + p_k, mask=m_k, other=0.0) + b_q * b_row - b_k * b_col
-    # Qg = Q e^G, Kg = K e^{G_C - G}, glast = e^{G_C}
-    b_dqg = tl.load(dqg + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_dq += b_dqg * b_eG
-    b_dG += b_dqg * b_q * b_eG
     b_ekg = tl.exp(b_Gl[None, :] - b_G)
-    b_dkg = tl.load(dkg + p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_dk += b_dkg * b_ekg
+    p_k = rows[:, None] * K + o_k[None, :]
+    b_dqg = _tile(dqg, rows, o_k, K)
+    b_dkg = _tile(dkg, rows, o_k, K)
     b_x = b_dkg * b_k * b_ekg
-    b_dG -= b_x
+    b_dG = _tile(dG_wy, rows, o_k, K) + b_k * (b_rowP - b_colP - b_colR) + b_q * (b_rowR + b_dqg * b_eG) - b_x
     b_dGl = tl.sum(b_x, axis=0) + tl.load(dglast + i * K + o_k, mask=o_k < K, other=0.0) * tl.exp(b_Gl)
     b_dG += tl.where((o_c == C - 1)[:, None], b_dGl[None, :], 0.0)
-    tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_k)
+    tl.store(dq + p_k, (b_rowR + b_dqg * b_eG).to(dq.dtype.element_ty), mask=m_k)
+    b_dk = _tile(dk_wy, rows, o_k, K) + b_rowP + b_colP + b_colR + b_dkg * b_ekg
     tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_k)
     tl.store(dg + p_k, tl.cumsum(b_dG, axis=0, reverse=True), mask=m_k)

@@ -78,13 +78,9 @@ class TritonDeltaRule(KernelImpl):
 
             chunk = cfg.chunk_size or CHUNK
             dtype = jnp.dtype(args.value.dtype)
-            # A scalar gate or none: the Triton WY kernels, which read q, k, v at the op's width
-            # (converting on load). A per-channel gate (KDA): JAX's transform on float32 chunks;
-            # the per-channel kernels (_intra.*_pc_kernel) spill at head dim 128 and ran KDA at
-            # 14.3 / 53.6 ms fwd / fwd+bwd against 11.0 / 31.2 through JAX (H100, B4 T4096 H16
-            # D128 bf16; benchmarks/results/h200/wave2/delta-intra: call 3 in its README, call
-            # 8's jsonl).
-            triton_intra = intra_chunk_supported(chunk) and (args.gate is None or args.gate.shape[-1] == 1)
+            # The Triton WY kernels, which read q, k, v at the op's width (converting on load);
+            # chunk sizes they do not take: JAX's transform on float32 chunks.
+            triton_intra = intra_chunk_supported(chunk)
             c = M.to_chunks(
                 args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
                 scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=chunk,
