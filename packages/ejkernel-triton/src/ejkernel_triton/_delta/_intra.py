@@ -2,10 +2,13 @@
 :func:`ejkernel.ops.families.delta_rule_math.intra_chunk` does in JAX, one program per chunk: the
 inverse ``M`` in a kernel of its own (kept for the backward), then the forward's products; the
 gradient in three kernels (through W, U and T to ``dA``; through ``A``; then through Aqk, Qg, Kg
-and glast; the per-channel WY part in one). fla's
-``chunk_scaled_dot_kkt`` + ``solve_tril``, ``recompute_w_u``, ``prepare_wy_repr_bwd`` and the
-gate terms of ``chunk_bwd_dqkwg``. A scalar gate or none (``*_kernel``) and a per-key-channel gate
-(``*_pc_kernel``, KDA; not used by the op yet: they spill at head dim 128).
+and glast). fla's ``chunk_scaled_dot_kkt`` + ``solve_tril``, ``recompute_w_u``,
+``prepare_wy_repr_bwd`` and the gate terms of ``chunk_bwd_dqkwg``. A scalar gate or none
+(``*_kernel``: whole key rows per program) and a per-key-channel gate (``*_pc_kernel``, KDA: key
+tiles of ``_call.PC_BLOCK_K`` channels and 16-row sub-blocks, see the section below; the pair sums
+and the inverse in one kernel, which also keeps ``S`` for ``dβ``; the gate's cumulative sums
+``G`` computed once, by ``delta_intra_gate_pc_kernel``; the backward through W, U and T per chunk,
+then through the pair sums per chunk and key tile).
 
 With ``G`` the gate's cumulative sum inside the chunk, ``E_ij = exp(G_i − G_j)`` (masked before
 the ``exp``: exact for any decay), ``S = K Kᵀ``:
