@@ -19,6 +19,9 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   intra-chunk kernels' warps: the op (and the inter part) per variant.
 - ``kda_tiles``: kernel_delta_attention's per-channel intra-chunk kernels' key tiles and warps:
   the intra part and the op per variant.
+- ``delta_varlen``: gated_delta_rule and kernel_delta_attention on the issue's varlen batch, the
+  state walks in LPT order or not. ``lightning_chunks``: lightning_attention at B1 T32768 under
+  64- and 128-token chunks.
 - ``ssm1`` (state_space_v1), b1 T4096 d_inner 4096 d_state 16 bf16: the forward (storing the chunk
   states, as under differentiation) and the backward kernel, for several tiles and backward warps.
 - ``pool`` (mean_pooling), (262144, 4096) bf16: the read bandwidth XLA's own row reduction reaches
@@ -344,6 +347,81 @@ def kda_tiles(rec: Recorder, tiny: bool) -> None:
         setattr(D, name, value)
 
 
+def lightning_chunks(rec: Recorder, tiny: bool) -> None:
+    """``lightning_attention`` at B1 T32768 H16 D128 (the long row of issue 18) under 64- and
+    128-token chunks (half the serial steps of the state walks), value tiles and warps: the op,
+    forward and forward+backward (the backward's chunk kernels at >= ``_linear._call.WIDE_CHUNK_WARPS``
+    warps at 128-token chunks), and as the heuristic runs it."""
+    import ejkernel
+    from ejkernel.ops import get_op
+
+    b, t, h, d, q, k, v, do, _, _ = _linear_case(tiny, (1, 32768, 16, 128))
+    cls = get_op("lightning_attention").config_cls
+    shape = f"b{b} t{t} h{h} d{d}"
+    for chunk, bv, warps in ((64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)):
+        cfg = cls(chunk_size=chunk, block_v=bv, num_warps=warps, num_stages=2)
+
+        def op(q, k, v, cfg=cfg):
+            return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton", cfg=cfg)
+
+        def op_fb(q, k, v, do, op=op):
+            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+            return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+        f = {"shape": shape, "chunk": chunk, "block_v": bv, "warps": warps}
+        rec.time("lightning_chunks", "lightning_attention fwd", op, (q, k, v), **f)
+        rec.time("lightning_chunks", "lightning_attention fwd+bwd", op_fb, (q, k, v, do), **f)
+
+    def heur(q, k, v):
+        return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton")
+
+    def heur_fb(q, k, v, do):
+        loss = lambda *a: jnp.sum(heur(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    rec.time("lightning_chunks", "lightning_attention fwd (heuristic)", heur, (q, k, v), shape=shape)
+    rec.time("lightning_chunks", "lightning_attention fwd+bwd (heuristic)", heur_fb, (q, k, v, do), shape=shape)
+
+
+def delta_varlen(rec: Recorder, tiny: bool) -> None:
+    """The delta rule's varlen row of issue 18 (one packed row of 7 sequences, 16384 tokens, H16
+    D128 bf16): ``gated_delta_rule`` and ``kernel_delta_attention`` with the state walks launched
+    longest sequence first (``_delta._call.VARLEN_LPT``) or in sequence order."""
+    import ejkernel
+    from ejkernel_triton._delta import _call as D
+
+    lens = [5, 1, 0, 17, 9] if tiny else [4096, 1000, 3000, 17, 2048, 5000, 1223]
+    t = sum(lens)
+    h, d = (2, 16) if tiny else (16, 128)
+    cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+    ks = jax.random.split(jax.random.key(1), 7)
+    q, k, v, do = (jax.random.normal(ks[i], (1, t, h, d), jnp.bfloat16) for i in range(4))
+    beta = jax.nn.sigmoid(jax.random.normal(ks[4], (1, t, h), jnp.float32)).astype(jnp.bfloat16)
+    g = jax.nn.log_sigmoid(jax.random.normal(ks[5], (1, t, h), jnp.float32) + 4.0)
+    gk = jax.nn.log_sigmoid(jax.random.normal(ks[6], (1, t, h, d), jnp.float32))
+    shape = f"varlen {len(lens)} seqs {t} tokens h{h} d{d}"
+
+    def gdn(q, k, v, g, beta, cu):
+        return ejkernel.gated_delta_rule(q, k, v, g, beta, None, cu, use_qk_l2norm_in_kernel=True, platform="triton")
+
+    def kda(q, k, v, g, beta, cu):
+        return ejkernel.kernel_delta_attention(q, k, v, beta, g, None, cu, platform="triton")
+
+    base = D.VARLEN_LPT
+    for lpt in (True, False):
+        D.VARLEN_LPT = lpt
+        for name, fn, gate in (("gated_delta_rule", gdn, g), ("kernel_delta_attention", kda, gk)):
+
+            def fb(q, k, v, g, beta, cu, do, fn=fn):
+                loss = lambda *a: jnp.sum(fn(*a, cu).astype(jnp.float32) * do)  # noqa: E731
+                return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+
+            f = {"shape": shape, "lpt": lpt}
+            rec.time("delta_varlen", f"{name} fwd", lambda *a, fn=fn: fn(*a), (q, k, v, gate, beta, cu), **f)
+            rec.time("delta_varlen", f"{name} fwd+bwd", lambda *a, fb=fb: fb(*a), (q, k, v, gate, beta, cu, do), **f)
+    D.VARLEN_LPT = base
+
+
 def delta(rec: Recorder, tiny: bool) -> None:
     """``gated_delta_rule`` (Triton), B4 T4096 H16 D128 bf16: the layout, the intra-chunk WY
     transform in JAX (``delta_rule_math``) and in Triton (``_delta._intra``), the Triton
@@ -491,6 +569,8 @@ def main() -> None:
                 "delta_tiles": delta_tiles,
                 "delta_intra_warps": functools.partial(delta_tiles, group="intra"),
                 "kda_tiles": kda_tiles,
+                "delta_varlen": delta_varlen,
+                "lightning_chunks": lightning_chunks,
                 "ssm1": ssm1,
                 "pool": pool,
             }[name](rec, ns.tiny)

@@ -53,6 +53,8 @@ O_WARPS = 4
 # pipelined loads are worth more (results/h200/wave2/delta-bwd, call 3: one stage everywhere cost
 # the varlen batch, then walked as one packed row of 64 programs, 10 %).
 DH_STAGES_MANY = 1
+# Varlen state walks launched longest sequence first (LPT order; _kernel._walker).
+VARLEN_LPT = True
 
 
 def _pow2(n: int) -> int:
@@ -95,11 +97,12 @@ class Spec:
 
 
 def _ids(spec: Spec, flags: Any) -> list[Any]:
-    """The varlen walks' chunk bounds per sequence (``c_lo``, ``c_hi``), or placeholders."""
+    """The varlen walks' sequence order (longest first) and chunk bounds per sequence (``order``,
+    ``c_lo``, ``c_hi``), or placeholders."""
     if spec.varlen:
         return list(flags)
     dummy = jnp.zeros((1,), jnp.int32)
-    return [dummy, dummy]
+    return [dummy, dummy, dummy]
 
 
 def _walkers(spec: Spec) -> int:
@@ -108,9 +111,17 @@ def _walkers(spec: Spec) -> int:
     return spec.n_states * spec.hv if spec.varlen else spec.rh
 
 
+def _walk_grid(spec: Spec) -> tuple[int, ...]:
+    """The state walks' grid: (walkers, value blocks), or under varlen with ``VARLEN_LPT`` one axis
+    of both, longest sequences first (``_kernel._walker``)."""
+    grid_v = -(-spec.v // spec.block_v)
+    if spec.varlen and VARLEN_LPT:
+        return (_walkers(spec) * grid_v,)
+    return (_walkers(spec), grid_v)
+
+
 def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
     dt = w.dtype
-    grid_v = -(-spec.v // spec.block_v)
     states, vn, final = launch(
         delta_fwd_h_kernel,
         w, u, kg, gl, h0 if spec.has_h0 else jnp.zeros((1,), F32), *_ids(spec, flags), spec.nc, spec.hv,
@@ -119,12 +130,13 @@ def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
             jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
-        grid=(_walkers(spec), grid_v),
+        grid=_walk_grid(spec),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_delta_fwd_h",
         VARLEN=spec.varlen,
         HAS_H0=spec.has_h0,
+        LPT=VARLEN_LPT,
         **spec.common(dt),
     )  # fmt: skip
     bv_o = min(O_BLOCK_V, _pow2(spec.v))
@@ -167,11 +179,12 @@ def _inter_bwd(spec: Spec, res, cts):
             jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt),
             jax.ShapeDtypeStruct((spec.n_states * spec.hv, spec.k, spec.v), F32),
         ],
-        grid=(_walkers(spec), grid_v),
+        grid=_walk_grid(spec),
         num_warps=spec.num_warps,
         num_stages=DH_STAGES_MANY if _walkers(spec) * grid_v > sm_count() else spec.num_stages,
         name="ejkernel_delta_bwd_dh",
         VARLEN=spec.varlen,
+        LPT=VARLEN_LPT,
         **spec.common(dt),
     )  # fmt: skip
     bk, warps = dqkw_tiles(spec.c, spec.k)
@@ -212,7 +225,8 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
     gl = jnp.broadcast_to(x.glast, (r, hv, nc, k)).reshape(r * hv, nc, k).astype(F32)
     aqk = x.aqk.reshape(r * hv, nc * size, size).astype(dtype)
     if varlen:  # each sequence's chunks: first .. last (-1 when empty: no chunk to walk)
-        flags = (c.plan["first_chunk"].astype(jnp.int32), c.plan["last_chunk"].astype(jnp.int32))
+        lo, hi = c.plan["first_chunk"].astype(jnp.int32), c.plan["last_chunk"].astype(jnp.int32)
+        flags = (jnp.argsort(lo - hi).astype(jnp.int32), lo, hi)  # longest first
     else:
         flags = ()
     o, final = _inter(

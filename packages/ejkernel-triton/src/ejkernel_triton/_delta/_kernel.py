@@ -17,7 +17,8 @@ a chunk, padding is inert).
 
 Under varlen (``VARLEN``) the state walks run one program per (sequence, head, value block) over
 that sequence's chunks only (``c_lo[n] .. c_hi[n]``), from its initial state to its final one:
-the serial chain is the longest sequence's, not the packed batch's (fla's layout). Chunks past
+the serial chain is the longest sequence's, not the packed batch's (fla's layout); with ``LPT``
+the longest sequences' walks are launched first (``_walker``). Chunks past
 the last sequence (at most one per sequence) are never walked: their states, ``V'`` and state
 gradients are left unwritten. Every later kernel works chunk by chunk, so what it derives from
 them (those chunks' outputs and gradients) stays in those chunks, whose rows are all padding:
@@ -39,16 +40,34 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _walker(order, HV, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr, LPT: tl.constexpr):
+    """``(i_s, i_v)``: the state (head row, or under varlen sequence × head) and value block of
+    this walk. ``LPT`` (varlen): a one-dimensional grid in order of decreasing sequence length
+    (``order``: the sequences, longest first), the value blocks of one (sequence, head) adjacent,
+    so that the longest walks start first and no long walk waits behind short ones for an SM."""
+    if VARLEN and LPT:
+        nv: tl.constexpr = (V + BV - 1) // BV
+        p = tl.program_id(0)
+        rank = p // nv
+        i_v = p % nv
+        i_s = tl.load(order + rank // HV).to(tl.int64) * HV + rank % HV
+    else:
+        i_s = tl.program_id(0).to(tl.int64)
+        i_v = tl.program_id(1)
+    return i_s, i_v
+
+
+@triton.jit
 def delta_fwd_h_kernel(
-    w, u, kg, gl, h0, c_lo, c_hi, NC, HV,
+    w, u, kg, gl, h0, order, c_lo, c_hi, NC, HV,
     states, vn, final,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    VARLEN: tl.constexpr, HAS_H0: tl.constexpr, IEEE: tl.constexpr,
+    VARLEN: tl.constexpr, HAS_H0: tl.constexpr, IEEE: tl.constexpr, LPT: tl.constexpr,
 ):  # fmt: skip
     """Program ``(i, i_v)``: head row ``i`` (``VARLEN``: sequence ``i // HV``, head ``i % HV``,
-    walking only that sequence's chunks ``c_lo[n] .. c_hi[n]``) and value block ``i_v``."""
-    i_s = tl.program_id(0).to(tl.int64)  # the state's index: head row, or sequence x head
-    i_v = tl.program_id(1)
+    walking only that sequence's chunks ``c_lo[n] .. c_hi[n]``) and value block ``i_v``
+    (:func:`_walker`)."""
+    i_s, i_v = _walker(order, HV, K, V, BV, VARLEN, LPT)  # the state's index: head row, or sequence x head
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
@@ -119,15 +138,14 @@ def delta_fwd_o_kernel(
 
 @triton.jit
 def delta_bwd_dh_kernel(
-    qg, kg, w, gl, aqk, do, dfinal, c_lo, c_hi, NC, HV,
+    qg, kg, w, gl, aqk, do, dfinal, order, c_lo, c_hi, NC, HV,
     dstates, dvn, dh0,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    VARLEN: tl.constexpr, IEEE: tl.constexpr,
+    VARLEN: tl.constexpr, IEEE: tl.constexpr, LPT: tl.constexpr,
 ):  # fmt: skip
     """The reverse walk, programs as in :func:`delta_fwd_h_kernel`: from the final state's
     gradient down to the initial state's."""
-    i_s = tl.program_id(0).to(tl.int64)
-    i_v = tl.program_id(1)
+    i_s, i_v = _walker(order, HV, K, V, BV, VARLEN, LPT)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
