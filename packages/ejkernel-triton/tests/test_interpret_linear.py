@@ -222,17 +222,19 @@ def test_factored_and_column_chunks_match_the_reference():
         np.testing.assert_allclose(np.asarray(a), b, atol=1e-4 * np.abs(b).max(), rtol=1e-4)
 
 
-@pytest.mark.parametrize("chunk", [16, 64])
+@pytest.mark.parametrize("chunk", [16, 64, 128])
 def test_scalar_gates_take_the_scalar_path_for_any_decay(chunk):
     """A per-head gate alone (``g_gamma``: lightning, Mamba2's SSD) builds its scores as
     ``(q kᵀ) ⊙ exp(G_t − G_s)`` (``Spec.scalar_gate``): exact for any decay, here from 0 to 40
     nats per token across the heads (factored per channel, 40 nats over half a chunk would
     overflow), varlen with an empty sequence, an initial state; output, final state and the
-    gradients of q, k, v and the initial state against the naive recurrence."""
+    gradients of q, k, v and the initial state against the naive recurrence. 128-token chunks
+    (long sequences' heuristic): the last sequence spans two chunks, the backward at
+    ``WIDE_CHUNK_WARPS``."""
     from ejkernel_triton._linear import _call as L
 
     rng = np.random.default_rng(12)
-    t, h, dk, dv = 45, 4, 16, 16
+    t, h, dk, dv = max(45, 2 * chunk + 13), 4, 16, 16
     q = jnp.asarray(rng.standard_normal((1, t, h, dk)), jnp.float32)
     k = jnp.asarray(rng.standard_normal((1, t, h, dk)) / 4, jnp.float32)
     v = jnp.asarray(rng.standard_normal((1, t, h, dv)), jnp.float32)
@@ -276,7 +278,9 @@ def test_scalar_gates_take_the_scalar_path_for_any_decay(chunk):
 
 def test_the_heuristic_gives_scalar_gates_longer_chunks():
     """64-token chunks for a gate that is one number per token and head (lightning, Mamba2's SSD,
-    ``g_gamma`` alone), 32 for a per-channel gate (whose scores cost more per chunk)."""
+    ``g_gamma`` alone), 32 for a per-channel gate (whose scores cost more per chunk); 128 for a
+    scalar gate over few long sequences (B1 T8192 H2: few state walks), not for many heads or
+    shorter rows, nor for a per-channel gate."""
     from ejkernel_triton._linear import impl as I
 
     rng = np.random.default_rng(0)
@@ -286,6 +290,15 @@ def test_the_heuristic_gives_scalar_gates_longer_chunks():
         "gla_attention": (C.bind("gla_attention", x, x, x, x), I.CHUNK),
         "gla_attention g_gamma": (C.bind("gla_attention", x, x, x, None, gamma), I.SCALAR_CHUNK),
         "lightning_attention": (C.bind("lightning_attention", x, x, x, layer_idx=1, num_layers=4), I.SCALAR_CHUNK),
+    }
+    xl = jnp.zeros((1, I.LONG_SEQ, 2, 16), jnp.float32)
+    xw = jnp.zeros((1, I.LONG_SEQ, 128, 16), jnp.float32)
+    xs = jnp.zeros((2, I.LONG_SEQ // 2, 2, 16), jnp.float32)
+    calls |= {
+        "lightning_attention long": (C.bind("lightning_attention", xl, xl, xl, layer_idx=1, num_layers=4), 128),
+        "lightning_attention many-heads": (C.bind("lightning_attention", xw, xw, xw, layer_idx=1, num_layers=4), 64),
+        "lightning_attention shorter": (C.bind("lightning_attention", xs, xs, xs, layer_idx=1, num_layers=4), 64),
+        "gla_attention long": (C.bind("gla_attention", xl, xl, xl, xl), I.CHUNK),
     }
     for what, (args, chunk) in calls.items():
         op = what.split()[0]

@@ -31,6 +31,11 @@ from ._kernel import (
 F32 = jnp.float32
 
 
+# The chunk-parallel backward kernels (dv, dq/dk/dg) at 128-token chunks: at least this many warps
+# (their [128, 128] float32 score tiles; 4 warps ran the backward 1.6x slower: impl.LONG_SCALAR_CHUNK).
+WIDE_CHUNK_WARPS = 8
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -179,11 +184,12 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
     one program per (chunk, head), the others one per (key tile, chunk, head)."""
     H, K, V = spec.heads, spec.head_dim, spec.value_head_dim
     bv = _tile(V, spec.block_v)
+    warps = max(spec.warps, WIDE_CHUNK_WARPS) if spec.chunk >= 128 else spec.warps
     (dv,) = launch(
         linear_bwd_dv_kernel, q, k, g, do, dhs, cstart, cend, np.float32(spec.scale),
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, H, V), F32)],
         grid=(spec.n_chunks, H),
-        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dv",
+        num_warps=warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dv",
         **spec.consts(HKV=spec.kv_heads, BK=_tile(K), BV=bv, SCALAR=spec.scalar_gate, FPREC=spec.factor_prec),
     )  # fmt: skip
     bk = _tile(K, 64)
@@ -193,7 +199,7 @@ def bwd_inputs(spec: Spec, q, k, v, g, do, hs, dhs, cstart, cend):
         linear_bwd_dqk_kernel, q, k, v, g, do, hs, dhs, cstart, cend, np.float32(spec.scale),
         out_shape=[jax.ShapeDtypeStruct(s, F32) for s in ((spec.tokens, H, K), (spec.tokens, H, K), dg_shape)],
         grid=(spec.n_chunks, _cdiv(K, bk), H),
-        num_warps=spec.warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
+        num_warps=warps, num_stages=spec.stages, name="ejkernel_linear_bwd_dqk",
         **spec.consts(HKV=spec.kv_heads, BK=bk, BV=bv, SCALAR=spec.scalar_gate, FPREC=spec.factor_prec),
     )  # fmt: skip
     if spec.scalar_gate:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import jax
+
 from ejkernel.ops import DeviceInfo, get_op
 
 from .._launch import availability
@@ -21,7 +23,15 @@ CHUNK, BLOCK_V, WARPS, STAGES = 32, 64, 4, 2
 # forward+backward 1.274 ms at (64, 64, 4 warps), 1.658 at (32, 64, 4), 1.476 at (64, 64, 8)
 # (``benchmarks/wave2_breakdown.py --only linear_scalar``).
 SCALAR_CHUNK = 64
-CHUNKS = (16, 32, 64)
+# ... and 128-token chunks where the state walks are few and long (fewer than 128 programs of
+# 64-wide tiles, sequences of LONG_SEQ tokens or more): half the serial steps per walk. H100,
+# lightning_attention B1 T32768 H16 D128 bf16: 1.064 / 3.212 ms fwd / fwd+bwd at 64-token chunks,
+# 0.779 / 4.269 at 128 (4 warps everywhere), 0.893 / 3.060 at 128 and 8 warps
+# (results/h200/wave2/kda-intra, call 2); the chunk kernels of the backward take 8 warps at 128
+# (_call.WIDE_CHUNK_WARPS).
+LONG_SCALAR_CHUNK = 128
+LONG_SEQ = 8192
+CHUNKS = (16, 32, 64, 128)
 
 
 class TritonLinearAttention:
@@ -49,13 +59,32 @@ class TritonLinearAttention:
         (``g``/``gk``) among its arguments (lightning's slopes, Mamba2's ``A·dt``, ``g_gamma``)."""
         return all(getattr(args, name, None) is None for name in ("g", "gk"))
 
+    def few_long_walks(self, args: Any) -> bool:
+        """Whether the state walks are few and long: fewer than 128 programs of 64-wide state
+        tiles (``_call.state_block``'s rule) over sequences of ``LONG_SEQ`` tokens or more."""
+        from ._call import state_block
+
+        op = get_op(self.op_name)  # type: ignore[attr-defined]
+
+        def shapes(a: Any) -> Any:
+            p = op.problem(a)
+            return p.q, p.v, p.cu_seqlens
+
+        q, v, cu = jax.eval_shape(shapes, args)
+        b, t, h, k = q.shape
+        n = cu.shape[0] - 1 if cu is not None else b
+        return state_block(n * h, k, v.shape[-1]) < 64 and b * t >= LONG_SEQ * max(n, 1)
+
     def heuristic_cfg(self, args: Any, device: DeviceInfo) -> Any:
-        chunk = SCALAR_CHUNK if self.scalar_gate(args) else CHUNK
+        if not self.scalar_gate(args):
+            chunk = CHUNK
+        else:
+            chunk = LONG_SCALAR_CHUNK if self.few_long_walks(args) else SCALAR_CHUNK
         return self._cfg_cls()(chunk_size=chunk, block_v=BLOCK_V, num_warps=WARPS, num_stages=STAGES)
 
     def candidate_cfgs(self, args: Any, device: DeviceInfo) -> list[Any]:
         cls = self._cfg_cls()
-        chunks = (32, 64) if self.scalar_gate(args) else (16, 32)
+        chunks = (32, 64, 128) if self.scalar_gate(args) else (16, 32)
         return [
             cls(chunk_size=c, block_v=bv, num_warps=w, num_stages=STAGES)
             for c in chunks
