@@ -17,6 +17,8 @@ op is from its bar; this says which kernel to work on, and how its time moves wi
   transform, the Triton inter-chunk kernels, the whole op; forward and forward+backward.
 - ``delta_tiles``, ``delta_intra_warps``: gated_delta_rule's inter-chunk kernels' tiles, the
   intra-chunk kernels' warps: the op (and the inter part) per variant.
+- ``kda``: kernel_delta_attention kernel by kernel (layout, intra-chunk forward and backward
+  kernels, inter-chunk part, the op).
 - ``kda_tiles``: kernel_delta_attention's per-channel intra-chunk kernels' key tiles and warps:
   the intra part and the op per variant.
 - ``delta_varlen``: gated_delta_rule and kernel_delta_attention on the issue's varlen batch, the
@@ -302,6 +304,60 @@ def delta_tiles(rec: Recorder, tiny: bool, group: str = "inter") -> None:
         setattr(D, name, value)
 
 
+def kda(rec: Recorder, tiny: bool) -> None:
+    """``kernel_delta_attention`` (B4 T4096 H16 D128 bf16, the per-channel gate of ``kda_tiles``)
+    kernel by kernel: the layout, each intra-chunk kernel forward (gate sums, pair sums + inverse,
+    W/U/Qg/Kg) and backward (through W/U/T, through the pair sums), the inter-chunk part, the op."""
+    import ejkernel
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta import _call as D
+
+    d, shape, (q, k, v, beta, _, do) = _delta_inputs(tiny)
+    g = jax.nn.log_sigmoid(jax.random.normal(jax.random.key(7), q.shape, jnp.float32))
+    bf = jnp.dtype(jnp.bfloat16)
+    f = {"shape": shape}
+
+    def layout(q, k, v, beta, g):
+        return M.to_chunks(q, k, v, beta, g, None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64, dtype=bf)
+
+    rec.time("kda", "layout (to_chunks)", lambda *a: tuple(layout(*a)[:6]), (q, k, v, beta, g), **f)
+    c = jax.jit(layout)(q, k, v, beta, g)
+    r, hv, nc, size, kd = c.k.shape
+    n = r * hv * nc
+    spec = D.IntraSpec(
+        n=n, c=size, k=kd, v=c.v.shape[-1], has_g=True, per_channel=True, ops=D._intra_operands(bf), out=bf.name
+    )  # fmt: skip
+    flat = (
+        c.q.reshape(n, size, kd), c.k.reshape(n, size, kd), c.v.reshape(n, size, -1), c.beta.reshape(n, size),
+        c.g.reshape(n, size, kd),
+    )  # fmt: skip
+    outs, (gs, m, se) = jax.jit(lambda *a: D._intra_forward(spec, *a))(*flat)
+    bk = spec.pc_block_k
+    rec.time(
+        "kda", "intra: gate sums", lambda g: D.launch(
+            D.delta_intra_gate_pc_kernel, g, out_shape=[jax.ShapeDtypeStruct(g.shape, jnp.float32)],
+            grid=(n, -(-kd // bk)), num_warps=4, num_stages=1, C=size, K=kd, BK=bk,
+        ), (flat[4],), **f,
+    )  # fmt: skip
+    rec.time("kda", "intra forward (3 kernels)", lambda *a: D._intra_forward(spec, *a), flat, **f)
+    cts = tuple(jax.random.normal(jax.random.key(i), o.shape, jnp.float32).astype(o.dtype) for i, o in enumerate(outs))
+    res = (*flat[:4], gs, m, se)
+    rec.time("kda", "intra backward (2 kernels)", lambda res, cts: D._intra_bwd_pc(spec, res, cts), (res, cts), **f)
+    x = D.triton_intra_chunk(c, bf)
+    rec.time("kda", "inter forward", lambda x: _inter(c, x), (x,), **f)
+    rec.time("kda", "inter fwd+bwd", lambda x: _inter_fb(c, x), (x,), **f)
+
+    def op(q, k, v, beta, g):
+        return ejkernel.kernel_delta_attention(q, k, v, beta, g, platform="triton")
+
+    def op_fb(q, k, v, beta, g, do):
+        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
+
+    rec.time("kda", "op forward", op, (q, k, v, beta, g), **f)
+    rec.time("kda", "op fwd+bwd", op_fb, (q, k, v, beta, g, do), **f)
+
+
 def kda_tiles(rec: Recorder, tiny: bool) -> None:
     """``kernel_delta_attention`` (per-channel gate, log-sigmoid of a standard normal as
     ``ejkernel bench`` feeds it) under other tiles of its intra-chunk kernels (``_delta._call``'s
@@ -569,6 +625,7 @@ def main() -> None:
                 "delta_tiles": delta_tiles,
                 "delta_intra_warps": functools.partial(delta_tiles, group="intra"),
                 "kda_tiles": kda_tiles,
+                "kda": kda,
                 "delta_varlen": delta_varlen,
                 "lightning_chunks": lightning_chunks,
                 "ssm1": ssm1,
