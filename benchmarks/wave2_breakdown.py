@@ -586,6 +586,39 @@ def ssm1(rec: Recorder, tiny: bool) -> None:
         )  # fmt: skip
 
 
+def ssm1_bwd(rec: Recorder, tiny: bool) -> None:
+    """state_space_v1's backward kernel alone under its own channel block and warps (``Spec.bwd_block_d``,
+    ``bwd_warps``), the forward at the heuristic's tiles (8 channels, 32 tokens, 4 warps); then the
+    forward under other channel blocks and warps."""
+    from ejkernel.ops.state_space_v1.bench import ssm1_inputs
+    from ejkernel_triton.state_space_v1 import _call as S
+
+    b, s, d, n = (1, 64, 32, 4) if tiny else (1, 4096, 4096, 16)
+    x, A, B, C, D, dt = ssm1_inputs(b, s, d, n, jnp.bfloat16)
+    dy = jax.random.normal(jax.random.key(1), (b, s, d), jnp.bfloat16)
+    dhT = jnp.zeros((b, d, n), jnp.float32)
+    nb = max(2, 1 << (n - 1).bit_length())
+    shape = f"b{b} s{s} d{d} n{n}"
+    base = S.Spec(
+        batch=b, seqlen=s, dim=d, dstate=n, block_t=32, block_d=8, block_n=nb, num_warps=4, bwd_warps=8, num_stages=2
+    )  # fmt: skip
+    _, _, states = jax.jit(lambda *a: S.forward(base, *a, None, store_states=True))(x, A, B, C, D, dt)
+    for bd, bw in ((8, 8), (8, 4), (4, 4), (2, 4), (4, 2), (2, 2), (2, 1), (1, 1), (1, 2), (4, 1)):
+        spec = dataclasses.replace(base, bwd_block_d=bd, bwd_warps=bw)
+        rec.time(
+            "ssm1_bwd", "backward", lambda *a, spec=spec: S.backward(spec, *a),
+            (x, A, B, C, D, dt, states, dy, dhT), shape=shape, bwd_block_d=bd, bwd_warps=bw,
+        )  # fmt: skip
+    for bd, w in ((8, 4), (4, 2), (2, 1), (4, 1), (8, 2)):  # the forward (no states stored) likewise
+        spec = dataclasses.replace(base, block_d=bd, num_warps=w)
+        for store in (False, True):
+            rec.time(
+                "ssm1_bwd", "forward" + (" (storing states)" if store else ""),
+                lambda *a, spec=spec, store=store: S.forward(spec, *a, None, store_states=store),
+                (x, A, B, C, D, dt), shape=shape, block_d=bd, warps=w,
+            )  # fmt: skip
+
+
 def pool(rec: Recorder, tiny: bool) -> None:
     import ejkernel
 
@@ -629,6 +662,7 @@ def main() -> None:
                 "delta_varlen": delta_varlen,
                 "lightning_chunks": lightning_chunks,
                 "ssm1": ssm1,
+                "ssm1_bwd": ssm1_bwd,
                 "pool": pool,
             }[name](rec, ns.tiny)
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
 
 from .._launch import launch
+from . import heuristics as H
 from ._kernel import ssm1_bwd_kernel, ssm1_fwd_kernel
 
 F32 = jnp.float32
@@ -30,6 +31,9 @@ class Spec:
     num_warps: int
     bwd_warps: int
     num_stages: int
+    # The backward's channel block (its tiles are [block_t, bwd_block_d, block_n]; block_t must be
+    # the forward's, whose chunk-start states it reads); None: block_d.
+    bwd_block_d: int | None = None
 
     @property
     def num_chunks(self) -> int:
@@ -39,8 +43,16 @@ class Spec:
     def d_blocks(self) -> int:
         return -(-self.dim // self.block_d)
 
-    def consts(self) -> dict[str, int]:
-        return dict(BLOCK_T=self.block_t, BLOCK_D=self.block_d, BLOCK_N=self.block_n)
+    @property
+    def bwd_d(self) -> int:
+        return self.bwd_block_d or self.block_d
+
+    @property
+    def bwd_d_blocks(self) -> int:
+        return -(-self.dim // self.bwd_d)
+
+    def consts(self, backward: bool = False) -> dict[str, int]:
+        return dict(BLOCK_T=self.block_t, BLOCK_D=self.bwd_d if backward else self.block_d, BLOCK_N=self.block_n)
 
 
 def _dummy() -> jax.Array:
@@ -71,7 +83,7 @@ def forward(spec: Spec, x, A, B, C, D, dt, h0, *, store_states: bool) -> tuple[j
 
 def backward(spec: Spec, x, A, B, C, D, dt, states, dy, dhT) -> tuple[jax.Array, ...]:
     b, s, d, n = spec.batch, spec.seqlen, spec.dim, spec.dstate
-    part = (b, spec.d_blocks, s, n)
+    part = (b, spec.bwd_d_blocks, s, n)
     return tuple(
         launch(
             ssm1_bwd_kernel,
@@ -85,11 +97,11 @@ def backward(spec: Spec, x, A, B, C, D, dt, states, dy, dhT) -> tuple[jax.Array,
                 jax.ShapeDtypeStruct((b, d), F32),
                 jax.ShapeDtypeStruct((b, d, n), F32),
             ],
-            grid=(spec.d_blocks, b),
+            grid=(spec.bwd_d_blocks, b),
             num_warps=spec.bwd_warps,
             num_stages=spec.num_stages,
             name="ejkernel_ssm1_bwd",
-            **spec.consts(),
+            **spec.consts(backward=True),
         )
     )  # fmt: skip
 
@@ -180,6 +192,8 @@ _scan.defvjp(_scan_fwd, _scan_bwd)
 def make_spec(args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Spec:
     assert cfg.block_d and cfg.block_e and cfg.num_warps and cfg.num_stages
     n = args.state
+    block_n = max(2, 1 << (n - 1).bit_length())
+    bwd_d = H.bwd_block_d(cfg.block_d)
     return Spec(
         batch=args.batch,
         seqlen=args.seq,
@@ -187,10 +201,11 @@ def make_spec(args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Spec:
         dstate=n,
         block_t=cfg.block_e,
         block_d=cfg.block_d,
-        block_n=max(2, 1 << (n - 1).bit_length()),
+        block_n=block_n,
         num_warps=cfg.num_warps,
-        bwd_warps=min(32, 2 * cfg.num_warps),
+        bwd_warps=H.warps_for(cfg.block_e * bwd_d * block_n, H.BWD_ELEMS_PER_WARP),
         num_stages=cfg.num_stages,
+        bwd_block_d=bwd_d,
     )
 
 
