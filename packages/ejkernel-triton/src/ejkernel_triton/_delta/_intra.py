@@ -281,6 +281,34 @@ def _tile(ptr, rows, o_k, K: tl.constexpr):
 
 
 @triton.jit
+def _pair_tile(q, k, G, rows, base, ref, o_k, K: tl.constexpr):
+    """One key tile of the pair sums: ``Q``, ``K``, ``G`` and ``d = G − G_r`` (``r`` each row's
+    sub-block start), ``e^d``, and ``Q ⊙ e^d``, ``K ⊙ e^d`` (the row factors)."""
+    b_q = _tile(q, rows, o_k, K)
+    b_k = _tile(k, rows, o_k, K)
+    b_G = _tile(G, rows, o_k, K)
+    b_d = b_G - _tile(G, base + ref, o_k, K)
+    b_ex = tl.exp(b_d)
+    return b_q, b_k, b_G, b_d, b_ex, b_q * b_ex, b_k * b_ex
+
+
+@triton.jit
+def _factored(b_d):
+    """Whether every ``|G − G_r|`` of the tile is within ``SPAN``: pairs inside a sub-block may then
+    take one product of ``x ⊙ e^{G−G_r}`` and ``y ⊙ e^{G_r−G}``."""
+    return tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN
+
+
+@triton.jit
+def _earlier(G, b_G, base, o_c, o_k, r, K: tl.constexpr):
+    """The rows before row ``r`` (a sub-block start) and their column factors ``e^{G_r − G_j}``
+    (``j < r``, else 0): both exponents of such a pair's product are ``<= 0`` for a decay."""
+    before = o_c < r
+    g_r = tl.load(G + (base + r) * K + o_k, mask=o_k < K, other=0.0)
+    return before, tl.exp(tl.where(before[:, None], g_r[None, :] - b_G, float("-inf")))
+
+
+@triton.jit
 def delta_intra_gate_pc_kernel(g, G, C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
     """``G``: the gate's cumulative sum inside each chunk (per key channel), float32."""
     i = tl.program_id(0).to(tl.int64)
@@ -310,21 +338,14 @@ def delta_intra_inverse_pc_kernel(
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
-        b_q = _tile(q, rows, o_k, K)
-        b_k = _tile(k, rows, o_k, K)
-        b_G = _tile(G, rows, o_k, K)
-        b_d = b_G - _tile(G, base + ref, o_k, K)
-        b_ex = tl.exp(b_d)
-        b_xq = b_q * b_ex
-        b_xk = b_k * b_ex
+        b_q, b_k, b_G, b_d, _, b_xq, b_xk = _pair_tile(q, k, G, rows, base, ref, o_k, K)
         for blk in tl.static_range(1, C // SUB):  # pairs in earlier sub-blocks
-            before = o_c < blk * SUB
-            g_r = tl.load(G + (base + blk * SUB) * K + o_k, mask=o_k < K, other=0.0)
-            b_y = b_k * tl.exp(tl.where(before[:, None], g_r[None, :] - b_G, float("-inf")))
+            _, b_z = _earlier(G, b_G, base, o_c, o_k, blk * SUB, K)
+            b_y = b_k * b_z
             in_blk = (ref == blk * SUB)[:, None]
             acc_kk += _dot(tl.where(in_blk, b_xk, 0.0), tl.trans(b_y), GPREC)
             acc_qk += _dot(tl.where(in_blk, b_xq, 0.0), tl.trans(b_y), GPREC)
-        if tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN:  # pairs inside a sub-block, factored
+        if _factored(b_d):  # pairs inside a sub-block
             b_yd = b_k * tl.exp(-b_d)
             keep = same & causal
             acc_kk += tl.where(keep, _dot(b_xk, tl.trans(b_yd), GPREC), 0.0)
@@ -440,21 +461,13 @@ def delta_intra_bwd_qk_pc_kernel(
     causal = o_c[:, None] >= o_c[None, :]
     b_P = tl.load(dp + p_c)  # strictly lower
     b_R = tl.where(causal, tl.load(daqk + p_c).to(tl.float32), 0.0)
-    b_q = _tile(q, rows, o_k, K)
-    b_k = _tile(k, rows, o_k, K)
-    b_G = _tile(G, rows, o_k, K)
-    b_d = b_G - _tile(G, base + ref, o_k, K)
-    b_ex = tl.exp(b_d)
-    b_xq = b_q * b_ex
-    b_xk = b_k * b_ex
+    b_q, b_k, b_G, b_d, b_ex, b_xq, b_xk = _pair_tile(q, k, G, rows, base, ref, o_k, K)
     b_rowP = tl.zeros([C, BK], dtype=tl.float32)
     b_rowR = tl.zeros([C, BK], dtype=tl.float32)
     b_colP = tl.zeros([C, BK], dtype=tl.float32)
     b_colR = tl.zeros([C, BK], dtype=tl.float32)
     for blk in tl.static_range(1, C // SUB):  # pairs (i in sub-block blk, j before it)
-        before = o_c < blk * SUB
-        g_r = tl.load(G + (base + blk * SUB) * K + o_k, mask=o_k < K, other=0.0)
-        b_z = tl.exp(tl.where(before[:, None], g_r[None, :] - b_G, float("-inf")))  # e^{G_r − G_j}
+        before, b_z = _earlier(G, b_G, base, o_c, o_k, blk * SUB, K)
         keep = (ref == blk * SUB)[:, None] & before[None, :]
         b_Pb = tl.where(keep, b_P, 0.0)
         b_Rb = tl.where(keep, b_R, 0.0)
@@ -465,7 +478,7 @@ def delta_intra_bwd_qk_pc_kernel(
         b_colR += b_z * _dot(tl.trans(b_Rb), b_xq, GPREC)
     b_rowP *= b_ex
     b_rowR *= b_ex
-    if tl.max(tl.max(tl.abs(b_d), axis=1), axis=0) <= SPAN:  # pairs inside a sub-block, factored
+    if _factored(b_d):  # pairs inside a sub-block
         same = ref[:, None] == ref[None, :]
         b_Pd = tl.where(same, b_P, 0.0)
         b_Rd = tl.where(same, b_R, 0.0)
