@@ -72,6 +72,33 @@ class Recorder:
             f.write(line + "\n")
 
 
+def _fwd_bwd(fn: Callable[..., Any], n: int) -> Callable[..., Any]:
+    """``fn``'s forward+backward as the sections time it: ``fb(*args, do)`` is the value and the
+    gradient of ``sum(fn(*args) * do)`` in the first ``n`` arguments (the rest, e.g. ``cu_seqlens``,
+    passed through)."""
+
+    def fb(*args: Any) -> Any:
+        *args, do = args
+        loss = lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * do)  # noqa: E731
+        return jax.value_and_grad(loss, argnums=tuple(range(n)))(*args)
+
+    return fb
+
+
+def _lightning(q: Any, k: Any, v: Any, cfg: Any = None) -> Any:
+    """``lightning_attention`` as the sections time it: Triton, layer 5 of 24."""
+    import ejkernel
+
+    return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton", cfg=cfg)
+
+
+def _kda(q: Any, k: Any, v: Any, beta: Any, g: Any, cu: Any = None) -> Any:
+    """``kernel_delta_attention`` as the sections time it: Triton, keys and queries normalized inside."""
+    import ejkernel
+
+    return ejkernel.kernel_delta_attention(q, k, v, beta, g, None, cu, platform="triton")
+
+
 def _linear_case(tiny: bool, shape: tuple[int, int, int, int] = (4, 4096, 16, 128)) -> tuple[Any, ...]:
     """``(b, t, h, d, q, k, v, do, h0, cu)`` of the linear sections: bf16 inputs, zero states,
     equal-length rows."""
@@ -142,18 +169,13 @@ def linear(rec: Recorder, tiny: bool) -> None:
         def op(q, k, v, g, cfg=cfg):
             return ejkernel.gla_attention(q, k, v, g, platform="triton", cfg=cfg)
 
-        def op_fb(q, k, v, g, do, op=op):
-            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-            return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, v, g)
-
         rec.time("linear", "gla_attention fwd", op, (q, k, v, g), **tiles)
-        rec.time("linear", "gla_attention fwd+bwd", op_fb, (q, k, v, g, do), **tiles)
+        rec.time("linear", "gla_attention fwd+bwd", _fwd_bwd(op, 4), (q, k, v, g, do), **tiles)
 
 
 def linear_scalar(rec: Recorder, tiny: bool) -> None:
     """The same kernels under a scalar gate (``Spec.scalar_gate``: lightning, Mamba2's SSD):
     ``lightning_attention`` (layer 5 of 24), whole op and per kernel, over chunk sizes and tiles."""
-    import ejkernel
     from ejkernel.ops.lightning_attention import LightningAttentionConfig
     from ejkernel_triton._linear import _call as L
 
@@ -175,15 +197,9 @@ def linear_scalar(rec: Recorder, tiny: bool) -> None:
             rec.time("linear_scalar", what, fn, args, **tiles)
         cfg = LightningAttentionConfig(chunk_size=chunk, block_v=block_v, num_warps=warps, num_stages=2)
 
-        def op(q, k, v, cfg=cfg):
-            return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton", cfg=cfg)
-
-        def op_fb(q, k, v, do, op=op):
-            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-            return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
-
+        op = functools.partial(_lightning, cfg=cfg)
         rec.time("linear_scalar", "lightning_attention fwd", op, (q, k, v), **tiles)
-        rec.time("linear_scalar", "lightning_attention fwd+bwd", op_fb, (q, k, v, do), **tiles)
+        rec.time("linear_scalar", "lightning_attention fwd+bwd", _fwd_bwd(op, 3), (q, k, v, do), **tiles)
 
 
 def linear_long(rec: Recorder, tiny: bool) -> None:
@@ -191,7 +207,6 @@ def linear_long(rec: Recorder, tiny: bool) -> None:
     programs of 64x64 tiles on 132 SMs): the state recurrences at 64- and 32-wide tiles
     (``Spec.state_block``), scalar and per-channel gates, and ``lightning_attention`` as the
     heuristic runs it."""
-    import ejkernel
     from ejkernel_triton._linear import _call as L
 
     b, t, h, d, q, k, v, do, h0, cu = _linear_case(tiny, (1, 32768, 16, 128))
@@ -214,15 +229,10 @@ def linear_long(rec: Recorder, tiny: bool) -> None:
                 **f,
             )
 
-    def op(q, k, v):
-        return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton")
-
-    def op_fb(q, k, v, do):
-        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-        return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
-
-    rec.time("linear_long", "lightning_attention fwd (heuristic)", op, (q, k, v), shape=shape)
-    rec.time("linear_long", "lightning_attention fwd+bwd (heuristic)", op_fb, (q, k, v, do), shape=shape)
+    rec.time("linear_long", "lightning_attention fwd (heuristic)", _lightning, (q, k, v), shape=shape)
+    rec.time(
+        "linear_long", "lightning_attention fwd+bwd (heuristic)", _fwd_bwd(_lightning, 3), (q, k, v, do), shape=shape
+    )
 
 
 def _delta_inputs(tiny: bool) -> tuple[int, str, tuple[Any, ...]]:
@@ -245,9 +255,7 @@ def _gdn(q: Any, k: Any, v: Any, g: Any, beta: Any) -> Any:
     return ejkernel.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, platform="triton")
 
 
-def _gdn_fb(q: Any, k: Any, v: Any, g: Any, beta: Any, do: Any) -> Any:
-    loss = lambda *a: jnp.sum(_gdn(*a).astype(jnp.float32) * do)  # noqa: E731
-    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
+_gdn_fb = _fwd_bwd(_gdn, 5)
 
 
 def _inter(c: Any, x: Any) -> Any:
@@ -308,7 +316,6 @@ def kda(rec: Recorder, tiny: bool) -> None:
     """``kernel_delta_attention`` (B4 T4096 H16 D128 bf16, the per-channel gate of ``kda_tiles``)
     kernel by kernel: the layout, each intra-chunk kernel forward (gate sums, pair sums + inverse,
     W/U/Qg/Kg) and backward (through W/U/T, through the pair sums), the inter-chunk part, the op."""
-    import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
     from ejkernel_triton._delta import _call as D
 
@@ -347,35 +354,20 @@ def kda(rec: Recorder, tiny: bool) -> None:
     rec.time("kda", "inter forward", lambda x: _inter(c, x), (x,), **f)
     rec.time("kda", "inter fwd+bwd", lambda x: _inter_fb(c, x), (x,), **f)
 
-    def op(q, k, v, beta, g):
-        return ejkernel.kernel_delta_attention(q, k, v, beta, g, platform="triton")
-
-    def op_fb(q, k, v, beta, g, do):
-        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
-
-    rec.time("kda", "op forward", op, (q, k, v, beta, g), **f)
-    rec.time("kda", "op fwd+bwd", op_fb, (q, k, v, beta, g, do), **f)
+    rec.time("kda", "op forward", _kda, (q, k, v, beta, g), **f)
+    rec.time("kda", "op fwd+bwd", _fwd_bwd(_kda, 5), (q, k, v, beta, g, do), **f)
 
 
 def kda_tiles(rec: Recorder, tiny: bool) -> None:
     """``kernel_delta_attention`` (per-channel gate, log-sigmoid of a standard normal as
     ``ejkernel bench`` feeds it) under other tiles of its intra-chunk kernels (``_delta._call``'s
     ``PC_BLOCK_K``, ``PC_WARPS``): the intra part alone and the op, forward and forward+backward."""
-    import ejkernel
     from ejkernel.ops.families import delta_rule_math as M
     from ejkernel_triton._delta import _call as D
 
     d, shape, (q, k, v, beta, _, do) = _delta_inputs(tiny)
     g = jax.nn.log_sigmoid(jax.random.normal(jax.random.key(7), q.shape, jnp.float32))
     bf = jnp.dtype(jnp.bfloat16)
-
-    def op(q, k, v, beta, g):
-        return ejkernel.kernel_delta_attention(q, k, v, beta, g, platform="triton")
-
-    def op_fb(q, k, v, beta, g, do):
-        loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, beta, g)
 
     def intra(q, k, v, beta, g):
         c = M.to_chunks(q, k, v, beta, g, None, None, scale=d**-0.5, use_qk_l2norm=True, chunk=64, dtype=bf)
@@ -397,8 +389,8 @@ def kda_tiles(rec: Recorder, tiny: bool) -> None:
         args = (q, k, v, beta, g)
         rec.time("kda_tiles", f"intra fwd [{tag}]", lambda *a: intra(*a), args, **f)
         rec.time("kda_tiles", f"intra fwd+bwd [{tag}]", lambda *a: intra_fb(*a), args, **f)
-        rec.time("kda_tiles", f"kernel_delta_attention fwd [{tag}]", lambda *a: op(*a), args, **f)
-        rec.time("kda_tiles", f"kernel_delta_attention fwd+bwd [{tag}]", lambda *a: op_fb(*a), (*args, do), **f)
+        rec.time("kda_tiles", f"kernel_delta_attention fwd [{tag}]", lambda *a: _kda(*a), args, **f)
+        rec.time("kda_tiles", f"kernel_delta_attention fwd+bwd [{tag}]", _fwd_bwd(_kda, 5), (*args, do), **f)
     for name, value in base.items():
         setattr(D, name, value)
 
@@ -408,7 +400,6 @@ def lightning_chunks(rec: Recorder, tiny: bool) -> None:
     128-token chunks (half the serial steps of the state walks), value tiles and warps: the op,
     forward and forward+backward (the backward's chunk kernels at >= ``_linear._call.WIDE_CHUNK_WARPS``
     warps at 128-token chunks), and as the heuristic runs it."""
-    import ejkernel
     from ejkernel.ops import get_op
 
     b, t, h, d, q, k, v, do, _, _ = _linear_case(tiny, (1, 32768, 16, 128))
@@ -417,26 +408,15 @@ def lightning_chunks(rec: Recorder, tiny: bool) -> None:
     for chunk, bv, warps in ((64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)):
         cfg = cls(chunk_size=chunk, block_v=bv, num_warps=warps, num_stages=2)
 
-        def op(q, k, v, cfg=cfg):
-            return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton", cfg=cfg)
-
-        def op_fb(q, k, v, do, op=op):
-            loss = lambda *a: jnp.sum(op(*a).astype(jnp.float32) * do)  # noqa: E731
-            return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
-
+        op = functools.partial(_lightning, cfg=cfg)
         f = {"shape": shape, "chunk": chunk, "block_v": bv, "warps": warps}
         rec.time("lightning_chunks", "lightning_attention fwd", op, (q, k, v), **f)
-        rec.time("lightning_chunks", "lightning_attention fwd+bwd", op_fb, (q, k, v, do), **f)
-
-    def heur(q, k, v):
-        return ejkernel.lightning_attention(q, k, v, layer_idx=5, num_layers=24, platform="triton")
-
-    def heur_fb(q, k, v, do):
-        loss = lambda *a: jnp.sum(heur(*a).astype(jnp.float32) * do)  # noqa: E731
-        return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
-
-    rec.time("lightning_chunks", "lightning_attention fwd (heuristic)", heur, (q, k, v), shape=shape)
-    rec.time("lightning_chunks", "lightning_attention fwd+bwd (heuristic)", heur_fb, (q, k, v, do), shape=shape)
+        rec.time("lightning_chunks", "lightning_attention fwd+bwd", _fwd_bwd(op, 3), (q, k, v, do), **f)
+    rec.time("lightning_chunks", "lightning_attention fwd (heuristic)", _lightning, (q, k, v), shape=shape)
+    rec.time(
+        "lightning_chunks", "lightning_attention fwd+bwd (heuristic)", _fwd_bwd(_lightning, 3), (q, k, v, do),
+        shape=shape,
+    )  # fmt: skip
 
 
 def delta_varlen(rec: Recorder, tiny: bool) -> None:
@@ -461,20 +441,15 @@ def delta_varlen(rec: Recorder, tiny: bool) -> None:
         return ejkernel.gated_delta_rule(q, k, v, g, beta, None, cu, use_qk_l2norm_in_kernel=True, platform="triton")
 
     def kda(q, k, v, g, beta, cu):
-        return ejkernel.kernel_delta_attention(q, k, v, beta, g, None, cu, platform="triton")
+        return _kda(q, k, v, beta, g, cu)
 
     base = D.VARLEN_LPT
     for lpt in (True, False):
         D.VARLEN_LPT = lpt
         for name, fn, gate in (("gated_delta_rule", gdn, g), ("kernel_delta_attention", kda, gk)):
-
-            def fb(q, k, v, g, beta, cu, do, fn=fn):
-                loss = lambda *a: jnp.sum(fn(*a, cu).astype(jnp.float32) * do)  # noqa: E731
-                return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, g, beta)
-
             f = {"shape": shape, "lpt": lpt}
             rec.time("delta_varlen", f"{name} fwd", lambda *a, fn=fn: fn(*a), (q, k, v, gate, beta, cu), **f)
-            rec.time("delta_varlen", f"{name} fwd+bwd", lambda *a, fb=fb: fb(*a), (q, k, v, gate, beta, cu, do), **f)
+            rec.time("delta_varlen", f"{name} fwd+bwd", _fwd_bwd(fn, 5), (q, k, v, gate, beta, cu, do), **f)
     D.VARLEN_LPT = base
 
 
