@@ -562,9 +562,9 @@ def ssm1(rec: Recorder, tiny: bool) -> None:
 
 
 def ssm1_bwd(rec: Recorder, tiny: bool) -> None:
-    """state_space_v1's backward kernel alone under its own channel block and warps (``Spec.bwd_block_d``,
-    ``bwd_warps``), the forward at the heuristic's tiles (8 channels, 32 tokens, 4 warps); then the
-    forward under other channel blocks and warps."""
+    """state_space_v1's chunk-parallel backward under its own channel block, warps and channel
+    groups (``Spec.bwd_block_d``, ``bwd_warps``, ``bwd_groups``; the forward's states at the
+    heuristic's tiles: 8 channels, 32 tokens, 2 warps), its carry kernels alone, and the forward."""
     from ejkernel.ops.state_space_v1.bench import ssm1_inputs
     from ejkernel_triton.state_space_v1 import _call as S
 
@@ -575,23 +575,29 @@ def ssm1_bwd(rec: Recorder, tiny: bool) -> None:
     nb = max(2, 1 << (n - 1).bit_length())
     shape = f"b{b} s{s} d{d} n{n}"
     base = S.Spec(
-        batch=b, seqlen=s, dim=d, dstate=n, block_t=32, block_d=8, block_n=nb, num_warps=4, bwd_warps=8, num_stages=2
+        batch=b, seqlen=s, dim=d, dstate=n, block_t=32, block_d=8, block_n=nb, num_warps=2, bwd_warps=1,
+        num_stages=2, bwd_block_d=2,
     )  # fmt: skip
     _, _, states = jax.jit(lambda *a: S.forward(base, *a, None, store_states=True))(x, A, B, C, D, dt)
-    for bd, bw in ((8, 8), (8, 4), (4, 4), (2, 4), (4, 2), (2, 2), (2, 1), (1, 1), (1, 2), (4, 1)):
-        spec = dataclasses.replace(base, bwd_block_d=bd, bwd_warps=bw)
+    rec.time("ssm1_bwd", "chunk sums", lambda *a: S.chunk_sums(base, *a), (A, C, dt, dy), shape=shape)
+    rec.time("ssm1_bwd", "carries (chunk sums + recurrence)", lambda *a: S.carries(base, *a), (A, C, dt, dy, dhT),
+             shape=shape)  # fmt: skip
+    for bd, bw, groups in (
+        (2, 2, None), (2, 2, 2), (2, 2, 4), (2, 2, 32), (2, 2, 64), (1, 1, None), (1, 2, None), (2, 4, None),
+        (4, 8, None),
+    ):  # fmt: skip
+        spec = dataclasses.replace(base, bwd_block_d=bd, bwd_warps=bw, bwd_groups=groups)
         rec.time(
             "ssm1_bwd", "backward", lambda *a, spec=spec: S.backward(spec, *a),
             (x, A, B, C, D, dt, states, dy, dhT), shape=shape, bwd_block_d=bd, bwd_warps=bw,
+            bwd_groups=spec.bwd_group()[1],
         )  # fmt: skip
-    for bd, w in ((8, 4), (4, 2), (2, 1), (4, 1), (8, 2)):  # the forward (no states stored) likewise
-        spec = dataclasses.replace(base, block_d=bd, num_warps=w)
-        for store in (False, True):
-            rec.time(
-                "ssm1_bwd", "forward" + (" (storing states)" if store else ""),
-                lambda *a, spec=spec, store=store: S.forward(spec, *a, None, store_states=store),
-                (x, A, B, C, D, dt), shape=shape, block_d=bd, warps=w,
-            )  # fmt: skip
+    for store in (False, True):
+        rec.time(
+            "ssm1_bwd", "forward" + (" (storing states)" if store else ""),
+            lambda *a, store=store: S.forward(base, *a, None, store_states=store),
+            (x, A, B, C, D, dt), shape=shape, block_d=base.block_d, warps=base.num_warps,
+        )  # fmt: skip
 
 
 def pool(rec: Recorder, tiny: bool) -> None:

@@ -67,6 +67,24 @@ def test_conformance(case, cfg_id):
     assert C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU) == "ok"
 
 
+@pytest.mark.parametrize("programs", [1, 6])
+def test_backward_channel_groups(programs, monkeypatch):
+    """The backward's programs walk several channel blocks each (one group, then groups of uneven
+    reach over a ragged channel axis): dB and dC summed across the blocks in registers, every
+    block's dx, ddt, dA, dD written. The carry recurrence runs two chunks a block over three
+    chunks (a block reaching before the first chunk)."""
+    from ejkernel_triton.state_space_v1 import _call
+    from ejkernel_triton.state_space_v1 import heuristics as H
+
+    monkeypatch.setattr(H, "BWD_PROGRAMS", programs)
+    monkeypatch.setattr(H, "CARRY_BLOCK_C", 2)
+    cfg = CONFIGS["e4-d8"]
+    case = StateSpaceV1Case("groups", b=1, s=9, d=10, n=3, gate=True, initial_state=True)
+    spec = _call.make_spec(C.bind(OP, **case.inputs(0)), cfg)
+    assert spec.bwd_group()[1] == (1 if programs == 1 else 2), spec.bwd_group()
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
+
+
 def _run(case: StateSpaceV1Case, cfg):
     kw = case.inputs(seed=3)
     return kw, run_impl(IMPL, C.bind(OP, **kw), cfg, device=GPU)

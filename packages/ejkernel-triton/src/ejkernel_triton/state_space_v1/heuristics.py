@@ -1,17 +1,23 @@
 """Tiles of the Triton ``state_space_v1``: pure functions of the shapes.
 
 A program holds ``[block_e, block_d, state]`` float32 tiles (the chunk's decays, inputs, scanned
-states: five live in the forward, about eight in the backward). ``block_d`` shrinks for small
-``intermediate`` so there are programs for every SM (the grid is ``intermediate / block_d ×
-batch``). Small programs win: each walks its chunks one after another, a chunk is a few dependent
-scan steps, and many small programs per SM hide their latency better than a few large ones. The
-forward takes a warp per ``FWD_ELEMS_PER_WARP`` tile elements; the backward (its own channel
-block, ``bwd_block_d``: a quarter of the forward's; the token block must be the forward's, whose
-chunk-start states it reads) one per ``BWD_ELEMS_PER_WARP``. H100, b1 T4096 d_inner 4096
-d_state 16 bf16, 32-token chunks (``benchmarks/wave2_breakdown.py --only ssm1_bwd``): backward
-5.47 ms at 8 channels and 8 warps (the previous rule), 4.24 at 8 and 4, 3.58 at 2 and 2, **2.55 at
-2 channels and 1 warp**, 3.95 at 1 and 1; forward 0.424 / 0.692 ms (without / storing the chunk
-states) at 8 channels and 4 warps, **0.411 / 0.440 at 8 and 2**, 0.418 / 0.420 at 4 and 1.
+states: five live in the forward, about eight in the backward). The forward walks its chunks one
+after another: ``block_d`` shrinks for small ``intermediate`` so there are programs for every SM
+(the grid is ``intermediate / block_d × batch``), and small programs win (a chunk is a few
+dependent scan steps; many small programs per SM hide their latency better than a few large
+ones); a warp per ``FWD_ELEMS_PER_WARP`` tile elements. The backward is chunk-parallel (programs
+per chunk × channel group × batch, ``BWD_PROGRAMS`` of them, each walking its group's channel
+blocks): its own channel block ``bwd_block_d`` (a quarter of the forward's; the token block is the
+forward's, whose chunk-start states it reads), a warp per ``BWD_ELEMS_PER_WARP``.
+
+H100, b1 T4096 d_inner 4096 d_state 16 bf16, 32-token chunks (``benchmarks/wave2_breakdown.py
+--only ssm1_bwd``): the backward 2.33 ms at 2 channels and 2 warps (252 registers, no spills),
+3.78 at 2 and 1 (255 registers, 728 B of spills), 2.76 at 1 and 1, 3.46 at 2 and 4, 4.37 at 8
+and 4; 2.31-2.33 ms for 4 to 64 groups of whole 64-channel multiples, 3.00 for 2 groups, 2.64 for
+9 groups of 456 channels; of it, the carries (chunk sums 0.16 ms, their recurrence 0.05 ms).
+The earlier backward (one program per channel block walking the chunks; ``dB``, ``dC`` shares per
+2-channel block: 1.07 GB) took 2.55 ms. Forward 0.409 / 0.439 ms (without / storing the chunk
+states) at 8 channels and 2 warps.
 """
 
 from __future__ import annotations
@@ -21,7 +27,17 @@ from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
 SMS = 132
 TILE_ELEMS = 4096
 FWD_ELEMS_PER_WARP = 2048
-BWD_ELEMS_PER_WARP = 1024
+BWD_ELEMS_PER_WARP = 512
+# The backward's carry recurrence: blocks of CARRY_BLOCK_C chunks (a reverse scan each) over
+# CARRY_BLOCK_D channels, a warp per CARRY_ELEMS_PER_WARP tile elements.
+CARRY_BLOCK_C = 32
+CARRY_BLOCK_D = 4
+CARRY_ELEMS_PER_WARP = 1024
+# The backward's programs (chunks x channel groups x batch) to aim for: enough to fill every SM
+# several times over; fewer groups mean fewer dB / dC shares for the host to add.
+BWD_PROGRAMS = 8 * SMS
+# A channel group's width is a multiple of this many channels (128 bytes of a bf16 row).
+GROUP_ALIGN = 64
 
 
 def warps_for(elems: int, per_warp: int) -> int:
@@ -35,6 +51,12 @@ def warps_for(elems: int, per_warp: int) -> int:
 def bwd_block_d(block_d: int) -> int:
     """The backward's channel block: a quarter of the forward's (at least one channel)."""
     return max(1, block_d // 4)
+
+
+def bwd_groups(d_blocks: int, chunk_programs: int) -> int:
+    """Channel groups of the backward: ``BWD_PROGRAMS`` programs over ``chunk_programs`` (chunks x
+    batch), at most one per channel block."""
+    return max(1, min(d_blocks, -(-BWD_PROGRAMS // max(1, chunk_programs))))
 
 
 def _pow2_at_least(n: int) -> int:
