@@ -35,6 +35,7 @@ IMPL = kernel_registry.get(OP, platform="triton")
 CONFIGS = {
     "e4-d8": StateSpaceV1Config(block_d=8, block_e=4, num_warps=2, num_stages=1),
     "e8-d4": StateSpaceV1Config(block_d=4, block_e=8, num_warps=1, num_stages=1),
+    "e4-d16": StateSpaceV1Config(block_d=16, block_e=4, num_warps=2, num_stages=1),  # backward: 2 channels
 }
 # The interpreter runs tl.associative_scan as a Python loop per element: small cases of the same
 # kinds as the shared ones (ragged chunks and channel blocks, a padded state axis, gate, state in,
@@ -67,8 +68,9 @@ def test_conformance(case, cfg_id):
     assert C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU) == "ok"
 
 
+@pytest.mark.parametrize("cfg_id", ["e4-d8", "e4-d16"])
 @pytest.mark.parametrize("programs", [1, 6])
-def test_backward_channel_groups(programs, monkeypatch):
+def test_backward_channel_groups(programs, cfg_id, monkeypatch):
     """The backward's programs walk several channel blocks each (one group, then groups of uneven
     reach over a ragged channel axis): dB and dC summed across the blocks in registers, every
     block's dx, ddt, dA, dD written. The carry recurrence runs two chunks a block over three
@@ -78,7 +80,7 @@ def test_backward_channel_groups(programs, monkeypatch):
 
     monkeypatch.setattr(H, "BWD_PROGRAMS", programs)
     monkeypatch.setattr(H, "CARRY_BLOCK_C", 2)
-    cfg = CONFIGS["e4-d8"]
+    cfg = CONFIGS[cfg_id]
     case = StateSpaceV1Case("groups", b=1, s=9, d=10, n=3, gate=True, initial_state=True)
     spec = _call.make_spec(C.bind(OP, **case.inputs(0)), cfg)
     assert spec.bwd_group()[1] == (1 if programs == 1 else 2), spec.bwd_group()

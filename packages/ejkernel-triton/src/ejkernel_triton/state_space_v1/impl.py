@@ -19,9 +19,11 @@ class TritonStateSpaceV1(KernelImpl):
     device_requirement = "an NVIDIA GPU"
     dtypes = ("float16", "bfloat16", "float32")
     max_sizes: ClassVar[Mapping[str, int]] = {"state": 256}
-    # Tiny tiles: many chunks and channel blocks, ragged tails of both.
+    # Tiny tiles: many chunks and channel blocks, ragged tails of both; the backward on one
+    # channel (block_d 8) and on two (block_d 16).
     test_configs: ClassVar[Mapping[str, OpConfig]] = {
-        "e4-d8": StateSpaceV1Config(block_d=8, block_e=4, num_warps=2, num_stages=1)
+        "e4-d8": StateSpaceV1Config(block_d=8, block_e=4, num_warps=2, num_stages=1),
+        "e4-d16": StateSpaceV1Config(block_d=16, block_e=4, num_warps=2, num_stages=1),
     }
 
     def available(self, device: DeviceInfo) -> str | None:
