@@ -55,6 +55,12 @@ GMM_CFGS = [
     (64, 256, 64, 4, 4, 1, False),
     (64, 128, 64, 4, 4, 1, False),
     (128, 128, 128, 8, 3, 1, False),
+    # 64-row tiles for groups of ~256 rows (4 whole tiles and a 32-row tail for half the groups,
+    # against 2 tiles and a 64-row tail): one warpgroup (wgmma m64n256), or two splitting n.
+    (64, 256, 64, 4, 3, 1, False),
+    (64, 256, 128, 4, 2, 1, False),
+    (64, 256, 64, 4, 4, 1, False, 0),
+    (64, 256, 64, 8, 4, 1, False),
 ]
 # tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
 # so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
