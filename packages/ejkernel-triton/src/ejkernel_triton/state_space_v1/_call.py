@@ -66,7 +66,7 @@ class Spec:
         if blocks * self.bwd_d >= align:
             per = -(-blocks * self.bwd_d // align) * align
         else:
-            per = (1 << (blocks - 1).bit_length()) * self.bwd_d
+            per = H.pow2_at_least(blocks) * self.bwd_d
         per = min(per, self.bwd_d_blocks * self.bwd_d)
         return per, -(-self.dim // per)
 
@@ -124,7 +124,7 @@ def carries(spec: Spec, A, C, dt, dy, dhT) -> tuple[jax.Array, jax.Array]:
     b, d, n = spec.batch, spec.dim, spec.dstate
     nc = spec.num_chunks
     L, sdt = chunk_sums(spec, A, C, dt, dy)
-    block_c = min(H.CARRY_BLOCK_C, max(2, 1 << (nc - 1).bit_length()))
+    block_c = H.carry_block_c(nc)
     return tuple(
         launch(
             ssm1_bwd_carry_kernel,
@@ -255,7 +255,7 @@ _scan.defvjp(_scan_fwd, _scan_bwd)
 def make_spec(args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Spec:
     assert cfg.block_d and cfg.block_e and cfg.num_warps and cfg.num_stages
     n = args.state
-    block_n = max(2, 1 << (n - 1).bit_length())
+    block_n = H.state_block(n)
     bwd_d = H.bwd_block_d(cfg.block_d)
     return Spec(
         batch=args.batch,

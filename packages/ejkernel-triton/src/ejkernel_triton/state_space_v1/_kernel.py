@@ -37,6 +37,17 @@ def _affine_combine(a1, b1, a2, b2):
 
 
 @triton.jit
+def _channels(A_ptr, o_d, dim, dstate, BLOCK_N: tl.constexpr):
+    """Channels ``o_d``: their mask, the offsets and mask of their ``[d, n]`` tile, and ``A`` there
+    (float32)."""
+    o_n = tl.arange(0, BLOCK_N)
+    m_d = o_d < dim
+    m_dn = m_d[:, None] & (o_n < dstate)[None, :]
+    o_dn = o_d[:, None] * dstate + o_n[None, :]
+    return m_d, m_dn, o_dn, tl.load(A_ptr + o_dn, mask=m_dn, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def ssm1_fwd_kernel(
     x_ptr,  # [b, s, d]
     dt_ptr,  # [b, s, d]
@@ -62,11 +73,9 @@ def ssm1_fwd_kernel(
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     o_n = tl.arange(0, BLOCK_N)
     o_r = tl.arange(0, BLOCK_T)
-    m_d = o_d < dim
     m_n = o_n < dstate
-    m_dn = m_d[:, None] & m_n[None, :]
-    o_dn = o_d[:, None] * dstate + o_n[None, :]  # [BLOCK_D, BLOCK_N]
-    b_A2 = tl.load(A_ptr + o_dn, mask=m_dn, other=0.0).to(tl.float32) * LOG2E
+    m_d, m_dn, o_dn, b_A = _channels(A_ptr, o_d, dim, dstate, BLOCK_N)  # o_dn: [BLOCK_D, BLOCK_N]
+    b_A2 = b_A * LOG2E
     b_Dv = tl.load(D_ptr + o_d, mask=m_d, other=0.0).to(tl.float32)
     if HAS_H0:
         b_h = tl.load(h0_ptr + i_b * dim * dstate + o_dn, mask=m_dn, other=0.0).to(tl.float32)
@@ -119,10 +128,9 @@ def ssm1_bwd_sum_kernel(
     num_chunks = tl.num_programs(0)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     o_n = tl.arange(0, BLOCK_N)
-    m_d = o_d < dim
     m_n = o_n < dstate
-    o_dn = o_d[:, None] * dstate + o_n[None, :]
-    b_A2 = tl.load(A_ptr + o_dn, mask=m_d[:, None] & m_n[None, :], other=0.0).to(tl.float32) * LOG2E
+    m_d, m_dn, o_dn, b_A = _channels(A_ptr, o_d, dim, dstate, BLOCK_N)
+    b_A2 = b_A * LOG2E
     o_t = c * BLOCK_T + tl.arange(0, BLOCK_T)
     m_t = o_t < seqlen
     row = i_b * seqlen + o_t
@@ -135,7 +143,7 @@ def ssm1_bwd_sum_kernel(
     b_w = tl.exp2(tl.cumsum(b_dt, axis=0)[:, :, None] * b_A2[None, :, :])  # [BLOCK_T, BLOCK_D, BLOCK_N]
     b_L = tl.sum(b_w * (b_C.to(tl.float32)[:, None, :] * b_dy[:, :, None]), axis=0)
     base = (i_b * num_chunks + c) * dim
-    tl.store(L_ptr + base * dstate + o_dn, b_L, mask=m_d[:, None] & m_n[None, :])
+    tl.store(L_ptr + base * dstate + o_dn, b_L, mask=m_dn)
     tl.store(sdt_ptr + base + o_d, tl.sum(b_dt, axis=0), mask=m_d)
 
 
@@ -161,12 +169,9 @@ def ssm1_bwd_carry_kernel(
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    o_n = tl.arange(0, BLOCK_N)
     o_r = tl.arange(0, BLOCK_C)
-    m_d = o_d < dim
-    m_dn = m_d[:, None] & (o_n < dstate)[None, :]
-    o_dn = o_d[:, None] * dstate + o_n[None, :]
-    b_A2 = tl.load(A_ptr + o_dn, mask=m_dn, other=0.0).to(tl.float32) * LOG2E
+    m_d, m_dn, o_dn, b_A = _channels(A_ptr, o_d, dim, dstate, BLOCK_N)
+    b_A2 = b_A * LOG2E
     b_G = tl.load(dhT_ptr + i_b * dim * dstate + o_dn, mask=m_dn, other=0.0)  # [BLOCK_D, BLOCK_N]
     tl.store(G_ptr + ((i_b + 1) * num_chunks - 1) * dim * dstate + o_dn, b_G, mask=m_dn)
     for k in range(0, tl.cdiv(num_chunks, BLOCK_C)):
@@ -235,10 +240,7 @@ def ssm1_bwd_kernel(
     chunk = (i_b * num_chunks + c) * dim
     for j in range(0, group_d, BLOCK_D):
         o_d = i_g * group_d + j + tl.arange(0, BLOCK_D)
-        m_d = o_d < dim
-        m_dn = m_d[:, None] & m_n[None, :]
-        o_dn = o_d[:, None] * dstate + o_n[None, :]
-        b_A = tl.load(A_ptr + o_dn, mask=m_dn, other=0.0).to(tl.float32)
+        m_d, m_dn, o_dn, b_A = _channels(A_ptr, o_d, dim, dstate, BLOCK_N)
         b_A2 = b_A * LOG2E
         b_Dv = tl.load(D_ptr + o_d, mask=m_d, other=0.0).to(tl.float32)
         b_h0 = tl.load(states_ptr + chunk * dstate + o_dn, mask=m_dn, other=0.0)

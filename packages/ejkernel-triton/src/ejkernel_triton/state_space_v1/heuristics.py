@@ -60,17 +60,27 @@ def bwd_groups(d_blocks: int, chunk_programs: int) -> int:
     return max(1, min(d_blocks, -(-BWD_PROGRAMS // max(1, chunk_programs))))
 
 
-def _pow2_at_least(n: int) -> int:
+def pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def state_block(state: int) -> int:
+    """The tiles' state axis: ``state`` rounded up to a power of two, at least 2."""
+    return max(2, pow2_at_least(state))
+
+
+def carry_block_c(num_chunks: int) -> int:
+    """Chunks per block of the carry recurrence's reverse scan."""
+    return min(CARRY_BLOCK_C, max(2, pow2_at_least(num_chunks)))
+
+
 def heuristic(args: StateSpaceV1Args) -> StateSpaceV1Config:
-    n = max(2, _pow2_at_least(args.state))
+    n = state_block(args.state)
     block_d = 16
     while block_d > 4 and args.batch * -(-args.intermediate // block_d) < 2 * SMS:
         block_d //= 2
     block_e = max(4, min(32, TILE_ELEMS // (block_d * n)))
-    block_e = min(block_e, max(4, _pow2_at_least(args.seq)))
+    block_e = min(block_e, max(4, pow2_at_least(args.seq)))
     warps = warps_for(block_e * block_d * n, FWD_ELEMS_PER_WARP)
     return StateSpaceV1Config(block_d=block_d, block_e=block_e, num_warps=warps, num_stages=2)
 
@@ -89,7 +99,7 @@ def candidates(args: StateSpaceV1Args) -> list[StateSpaceV1Config]:
 def check(cfg: StateSpaceV1Config, args: StateSpaceV1Args) -> None:
     if cfg.block_d is None or cfg.block_e is None:
         raise ValueError("triton state_space_v1 needs block_d and block_e")
-    n = max(2, _pow2_at_least(args.state))
+    n = state_block(args.state)
     if cfg.block_e * cfg.block_d * n > 32768:
         raise ValueError(
             f"triton state_space_v1: a [{cfg.block_e}, {cfg.block_d}, {n}] tile is too large for registers "
