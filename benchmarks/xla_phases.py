@@ -67,14 +67,7 @@ def main() -> None:
     for name, f in (("fwd", fwd), ("fwdbwd", fwdbwd)):
         if name not in ns.what.split(","):
             continue
-        t0 = time.perf_counter()
-        lowered = jax.jit(f).lower(*arrays)
-        emit(what=name, phase="trace+lower", s=round(time.perf_counter() - t0, 2))
-        t0 = time.perf_counter()
-        compiled = lowered.compile()
-        mem = compiled.memory_analysis()
-        emit(what=name, phase="compile", s=round(time.perf_counter() - t0, 2),
-             temp_gb=round(getattr(mem, "temp_size_in_bytes", 0) / 1e9, 3))  # fmt: skip
+        compiled = _compile(emit, name, f, arrays)
         for i in (1, 2):
             t0 = time.perf_counter()
             jax.block_until_ready(compiled(*arrays))
@@ -93,6 +86,20 @@ def main() -> None:
             emit(what=name, phase="device_ms", ms=ms, s=round(time.perf_counter() - t0, 1))
 
 
+def _compile(emit, what, f, args):
+    """``jax.jit(f)`` compiled for ``args``: its trace+lower and compile times (and the compiled
+    program's temporary memory) emitted as two phases."""
+    t0 = time.perf_counter()
+    lowered = jax.jit(f).lower(*args)
+    emit(what=what, phase="trace+lower", s=round(time.perf_counter() - t0, 2))
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    mem = compiled.memory_analysis()
+    emit(what=what, phase="compile", s=round(time.perf_counter() - t0, 2),
+         temp_gb=round(getattr(mem, "temp_size_in_bytes", 0) / 1e9, 3))  # fmt: skip
+    return compiled
+
+
 def _stages(ns, arrays, opts, emit) -> None:
     """The delta rule's XLA forward step by step (``delta_rule_math``): each step jitted alone on
     the previous step's outputs, its compile time and memory reported; then the per-channel pair
@@ -105,12 +112,7 @@ def _stages(ns, arrays, opts, emit) -> None:
     l2 = opts.get("use_qk_l2norm", opts.get("use_qk_l2norm_in_kernel", False))
 
     def compile_(what, f, *a):
-        t0 = time.perf_counter()
-        c = jax.jit(f).lower(*a).compile()
-        mem = c.memory_analysis()
-        emit(what=what, phase="compile", s=round(time.perf_counter() - t0, 2),
-             temp_gb=round(getattr(mem, "temp_size_in_bytes", 0) / 1e9, 3))  # fmt: skip
-        return c(*a)
+        return _compile(emit, what, f, a)(*a)
 
     def layout(q, k, v, beta, gate):
         return M.to_chunks(q, k, v, beta, gate, None, None, scale=scale, use_qk_l2norm=l2, chunk=64)
