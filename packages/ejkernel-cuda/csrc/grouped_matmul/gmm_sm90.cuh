@@ -1,0 +1,260 @@
+// CUTLASS 3 grouped GEMM kernels for sm_90a, instantiated per operand layout in gmm_sm90_*.cu.
+// Included only by those files (they need CUTLASS's headers and the sm_90a target).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "grouped_matmul/gmm.h"
+
+namespace ejkernel_cuda::gmm::sm90 {
+
+using namespace cute;
+using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
+using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
+
+// The tile config: a 128x256x64 CTA tile computed by two consumer warpgroups (cooperative: each
+// holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in 2-CTA clusters
+// along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
+// results/h200/wave2/gmm-cuda/): clusters along m (the rhs tile multicast) 2 % faster on the
+// 65536-row forward, equal or slower elsewhere (up to 24 %: dlhs at 64 experts); 64x256
+// ping-pong tiles 3-85 % slower; for tgmm (whose M is k: no rows wasted), 256x128 tiles in the
+// same clusters from 4 % faster to 2 % slower (call 6): not kept.
+struct CoopM128N256C12 {
+  using Tile = Shape<_128, _256, _64>;
+  using Cluster = Shape<_1, _2, _1>;
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+template <class Element, class ElementD, class LayoutA, class LayoutB, class Cfg>
+struct Gemm {
+  using ElementAcc = float;
+  using ElementOut = ElementD;
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD*, kAlignD, ElementD,
+      LayoutD*, kAlignD, typename Cfg::Epilogue,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign,
+      ElementAcc, typename Cfg::Tile, typename Cfg::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::Kernel>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+};
+
+// The per-group arrays CUTLASS reads, carved from the workspace.
+template <class G>
+struct Arrays {
+  UnderlyingShape* shapes;
+  const void** ptr_a;
+  const void** ptr_b;
+  void** ptr_d;
+  typename G::StrideA* stride_a;
+  typename G::StrideB* stride_b;
+  typename G::StrideD* stride_d;
+  void* cutlass_workspace;
+};
+
+inline size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+template <class G>
+size_t arrays_bytes(int groups) {
+  const size_t g = static_cast<size_t>(groups);
+  return align_up(g * sizeof(UnderlyingShape)) + 3 * align_up(g * sizeof(void*)) +
+         align_up(g * sizeof(typename G::StrideA)) + align_up(g * sizeof(typename G::StrideB)) +
+         align_up(g * sizeof(typename G::StrideD));
+}
+
+template <class G>
+Arrays<G> carve(void* ws, int groups) {
+  const size_t g = static_cast<size_t>(groups);
+  char* p = static_cast<char*>(ws);
+  Arrays<G> r;
+  r.shapes = reinterpret_cast<UnderlyingShape*>(p);
+  p += align_up(g * sizeof(UnderlyingShape));
+  r.ptr_a = reinterpret_cast<const void**>(p);
+  p += align_up(g * sizeof(void*));
+  r.ptr_b = reinterpret_cast<const void**>(p);
+  p += align_up(g * sizeof(void*));
+  r.ptr_d = reinterpret_cast<void**>(p);
+  p += align_up(g * sizeof(void*));
+  r.stride_a = reinterpret_cast<typename G::StrideA*>(p);
+  p += align_up(g * sizeof(typename G::StrideA));
+  r.stride_b = reinterpret_cast<typename G::StrideB*>(p);
+  p += align_up(g * sizeof(typename G::StrideB));
+  r.stride_d = reinterpret_cast<typename G::StrideD*>(p);
+  p += align_up(g * sizeof(typename G::StrideD));
+  r.cutlass_workspace = p;
+  return r;
+}
+
+// One thread per group: its problem shape and operand pointers from the device-side bounds. An
+// empty group gets M = 0 (no tiles: the scheduler skips it).
+template <class G, class Element>
+__global__ void setup_kernel(Arrays<G> arr, Problem p, typename G::StrideA sa, typename G::StrideB sb,
+                             typename G::StrideD sd) {
+  using ElementD = typename G::ElementOut;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= p.groups) return;
+  const int start = min(max(p.starts[j], 0), p.m);
+  const int rows = max(min(p.ends[j], p.m) - start, 0);
+  const Element* a = static_cast<const Element*>(p.a);
+  const Element* b = static_cast<const Element*>(p.b);
+  ElementD* out = static_cast<ElementD*>(p.out);
+  const int64_t s = start, k = p.k, n = p.n;
+  if (p.layout == Layout::kColRow) {  // out[j] ([k, n]) = a[rows]ᵀ @ b[rows]
+    arr.shapes[j] = UnderlyingShape(rows > 0 ? p.k : 0, p.n, rows);
+    arr.ptr_a[j] = a + s * k;
+    arr.ptr_b[j] = b + s * n;
+    arr.ptr_d[j] = out + static_cast<int64_t>(j) * k * n;
+  } else {  // out[rows] = a[rows] @ B_j, B_j from b[j] ([k, n] or [n, k])
+    arr.shapes[j] = UnderlyingShape(rows, p.n, p.k);
+    arr.ptr_a[j] = a + s * k;
+    arr.ptr_b[j] = b + static_cast<int64_t>(j) * k * n;
+    arr.ptr_d[j] = out + s * n;
+  }
+  arr.stride_a[j] = sa;
+  arr.stride_b[j] = sb;
+  arr.stride_d[j] = sd;
+}
+
+template <class G>
+typename G::Device::Arguments arguments(const Problem& p, const Arrays<G>& arr, int sm_count) {
+  using Element = typename G::CollectiveMainloop::ElementA;
+  using ElementD = typename G::ElementOut;
+  cutlass::KernelHardwareInfo hw;
+  if (::cudaGetDevice(&hw.device_id) != cudaSuccess) hw.device_id = 0;
+  hw.sm_count = sm_count;
+  typename G::Device::Arguments args;
+  decltype(args.epilogue.thread) fusion;
+  fusion.alpha = 1.0f;
+  fusion.beta = 0.0f;
+  fusion.alpha_ptr = nullptr;
+  fusion.beta_ptr = nullptr;
+  fusion.alpha_ptr_array = nullptr;
+  fusion.beta_ptr_array = nullptr;
+  fusion.dAlpha = {_0{}, _0{}, 0};
+  fusion.dBeta = {_0{}, _0{}, 0};
+  args = typename G::Device::Arguments{
+      cutlass::gemm::GemmUniversalMode::kGrouped,
+      {p.groups, arr.shapes, nullptr},
+      {(const Element**)arr.ptr_a, arr.stride_a, (const Element**)arr.ptr_b, arr.stride_b},
+      // C (beta = 0, never read) points at D.
+      {fusion, (const ElementD**)arr.ptr_d, arr.stride_d, (ElementD**)arr.ptr_d, arr.stride_d},
+      hw};
+  return args;
+}
+
+// Strides of the operands (the same for every group).
+template <class G>
+void strides(const Problem& p, typename G::StrideA* sa, typename G::StrideB* sb, typename G::StrideD* sd) {
+  if (p.layout == Layout::kColRow) {
+    *sa = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(p.k, 1, 1));  // (M=k, K=rows)
+    *sb = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(p.n, 1, 1));  // (N=n, K=rows)
+    *sd = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(p.k, p.n, 1));
+  } else {
+    *sa = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(1, p.k, 1));
+    *sb = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(p.n, p.k, 1));
+    *sd = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(1, p.n, 1));
+  }
+}
+
+template <class G>
+size_t workspace_bytes_of(const Problem& p, int sm_count) {
+  Arrays<G> arr = carve<G>(nullptr, p.groups);
+  auto args = arguments<G>(p, arr, sm_count);
+  return arrays_bytes<G>(p.groups) + G::Device::get_workspace_size(args) + 256;
+}
+
+template <class G>
+std::string run_with(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream) {
+  using Element = typename G::CollectiveMainloop::ElementA;
+  if (ws_size < workspace_bytes_of<G>(p, sm_count)) return "workspace too small";
+  Arrays<G> arr = carve<G>(ws, p.groups);
+  typename G::StrideA sa;
+  typename G::StrideB sb;
+  typename G::StrideD sd;
+  strides<G>(p, &sa, &sb, &sd);
+  setup_kernel<G, Element><<<(p.groups + 127) / 128, 128, 0, stream>>>(arr, p, sa, sb, sd);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return std::string("setup: ") + cudaGetErrorString(e);
+  auto args = arguments<G>(p, arr, sm_count);
+  typename G::Device gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return std::string("CUTLASS cannot run it: ") + cutlassGetStatusString(st);
+  st = gemm.initialize(args, arr.cutlass_workspace, stream);
+  if (st != cutlass::Status::kSuccess) return std::string("CUTLASS initialize: ") + cutlassGetStatusString(st);
+  st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) return std::string("CUTLASS run: ") + cutlassGetStatusString(st);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return std::string("launch: ") + cudaGetErrorString(e);
+  return {};
+}
+
+// The entry of one operand layout: picks the dtype and the config.
+// kFloatOut: also the float32-output kernels (the forward's default preferred_element_type).
+template <class LayoutA, class LayoutB, bool kFloatOut>
+struct Entry {
+  template <class Element, class ElementD, class Cfg>
+  using G = Gemm<Element, ElementD, LayoutA, LayoutB, Cfg>;
+
+  template <class Element, class ElementD, class F>
+  static auto by_config(int /*config*/, F&& f) {  // one config (num_configs() == 1)
+    return f(static_cast<G<Element, ElementD, CoopM128N256C12>*>(nullptr));
+  }
+
+  template <class Element, class F>
+  static auto by_out(const Problem& p, F&& f) {
+    if constexpr (kFloatOut) {
+      if (p.out_f32) return by_config<Element, float>(p.config, f);
+    }
+    return by_config<Element, Element>(p.config, f);
+  }
+
+  template <class F>
+  static auto dispatch(const Problem& p, F&& f) {
+    if (p.dtype == DType::kF16) return by_out<cutlass::half_t>(p, f);
+    return by_out<cutlass::bfloat16_t>(p, f);
+  }
+
+  static size_t workspace(const Problem& p, int sm_count) {
+    return dispatch(p, [&](auto* g) { return workspace_bytes_of<std::remove_pointer_t<decltype(g)>>(p, sm_count); });
+  }
+  static std::string run(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream) {
+    return dispatch(p, [&](auto* g) {
+      return run_with<std::remove_pointer_t<decltype(g)>>(p, ws, ws_size, sm_count, stream);
+    });
+  }
+};
+
+}  // namespace ejkernel_cuda::gmm::sm90
+
+// Each gmm_sm90_<layout>.cu defines these for its layout.
+namespace ejkernel_cuda::gmm::sm90 {
+size_t workspace_row_row(const Problem& p, int sm_count);
+std::string run_row_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
+size_t workspace_row_col(const Problem& p, int sm_count);
+std::string run_row_col(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
+size_t workspace_col_row(const Problem& p, int sm_count);
+std::string run_col_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
+}  // namespace ejkernel_cuda::gmm::sm90

@@ -1,0 +1,3 @@
+from .impl import CudaGroupedMatmul
+
+__all__ = ["CudaGroupedMatmul"]
