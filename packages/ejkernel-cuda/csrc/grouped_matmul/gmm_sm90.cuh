@@ -191,8 +191,13 @@ size_t workspace_bytes_of(const Problem& p, int sm_count) {
 template <class G>
 std::string run_with(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream) {
   using Element = typename G::CollectiveMainloop::ElementA;
-  if (ws_size < workspace_bytes_of<G>(p, sm_count)) return "workspace too small";
-  Arrays<G> arr = carve<G>(ws, p.groups);
+  // The workspace is an XLA buffer, whose alignment XLA does not promise beyond 16 bytes; its
+  // size has 256 bytes of slack (workspace_bytes_of) for aligning the arrays and CUTLASS's
+  // tensor maps (which need 64) to 256.
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(ws);
+  const size_t pad = static_cast<size_t>((256 - raw % 256) % 256);
+  if (ws_size < workspace_bytes_of<G>(p, sm_count) || ws_size < pad) return "workspace too small";
+  Arrays<G> arr = carve<G>(reinterpret_cast<void*>(raw + pad), p.groups);
   typename G::StrideA sa;
   typename G::StrideB sb;
   typename G::StrideD sd;
