@@ -45,9 +45,9 @@ def _ref_gmm(a, b, starts, ends, m, n, kn=True):
     return out
 
 
-def check(dt) -> list[dict]:
+def check(dt, configs: list[int]) -> list[dict]:
     """Odd group sizes, empty groups (first, middle, last), rows past the groups, a slice of the
-    groups (starts[0] > 0), float32 and in-dtype outputs, all three layouts."""
+    groups (starts[0] > 0), float32 and in-dtype outputs, all three layouts, every config."""
     rng = np.random.default_rng(0)
     m, k, n = 1000, 136, 264
     sizes = np.array([0, 37, 0, 300, 1, 129, 0, 250, 0], np.int32)  # sum 717 < m
@@ -62,23 +62,28 @@ def check(dt) -> list[dict]:
         a16, b16, d16 = (jnp.asarray(x, dt) for x in (a, b, d))
         a64, b64, d64 = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (a16, b16, d16))
         st, en = jnp.asarray(starts), jnp.asarray(ends)
-        cases = {
-            "fwd_f32": (ffi_gmm(a16, b16, st, en, ROW_ROW, jnp.float32, 0), _ref_gmm(a64, b64, starts, ends, m, n)),
-            "fwd_dtype": (ffi_gmm(a16, b16, st, en, ROW_ROW, dt, 0), _ref_gmm(a64, b64, starts, ends, m, n)),
-            "fwd_nk": (
-                ffi_gmm(a16, jnp.swapaxes(b16, 1, 2), st, en, ROW_COL, jnp.float32, 0),
-                _ref_gmm(a64, b64, starts, ends, m, n),
-            ),
-            "dlhs": (
-                ffi_gmm(d16, b16, st, en, ROW_COL, jnp.float32, 0),
-                _ref_gmm(d64, np.swapaxes(b64, 1, 2), starts, ends, m, k),
-            ),
-            "tgmm": (
-                ffi_gmm(a16, d16, st, en, COL_ROW, dt, 0),
-                np.stack([a64[s:e].T @ d64[s:e] for s, e in zip(starts, ends, strict=True)]),
-            ),
-        }
-        for name, (got, want) in cases.items():
+        cases = {}
+        for c in configs:
+            cases |= {
+                (c, "fwd_f32"): (
+                    ffi_gmm(a16, b16, st, en, ROW_ROW, jnp.float32, c),
+                    _ref_gmm(a64, b64, starts, ends, m, n),
+                ),
+                (c, "fwd_dtype"): (ffi_gmm(a16, b16, st, en, ROW_ROW, dt, c), _ref_gmm(a64, b64, starts, ends, m, n)),
+                (c, "fwd_nk"): (
+                    ffi_gmm(a16, jnp.swapaxes(b16, 1, 2), st, en, ROW_COL, jnp.float32, c),
+                    _ref_gmm(a64, b64, starts, ends, m, n),
+                ),
+                (c, "dlhs"): (
+                    ffi_gmm(d16, b16, st, en, ROW_COL, jnp.float32, c),
+                    _ref_gmm(d64, np.swapaxes(b64, 1, 2), starts, ends, m, k),
+                ),
+                (c, "tgmm"): (
+                    ffi_gmm(a16, d16, st, en, COL_ROW, dt, c),
+                    np.stack([a64[s:e].T @ d64[s:e] for s, e in zip(starts, ends, strict=True)]),
+                ),
+            }
+        for (c, name), (got, want) in cases.items():
             got = np.asarray(jnp.asarray(got, jnp.float32), np.float64)
             err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-6))
             exact_zero = True
@@ -91,10 +96,11 @@ def check(dt) -> list[dict]:
                 exact_zero = bool(np.all(got[empty] == 0))
             ok = err < 2e-2 and exact_zero
             print(
-                f"check groups {lo}..{hi - 1} {name}: rel {err:.2e} zeros {exact_zero} {'ok' if ok else 'FAILED'}",
+                f"check cfg {c} groups {lo}..{hi - 1} {name}: rel {err:.2e} zeros {exact_zero} "
+                f"{'ok' if ok else 'FAILED'}",
                 flush=True,
             )
-            recs.append(dict(check=name, groups=[lo, hi], rel=err, zeros=exact_zero, ok=ok))
+            recs.append(dict(check=name, config=c, groups=[lo, hi], rel=err, zeros=exact_zero, ok=ok))
     return recs
 
 
@@ -102,12 +108,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", required=True)
     p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES (4: shape 1 with equal groups)")
-    p.add_argument("--configs", default="0", help="CUDA config indices (call 2 swept 0,1,2 at 1103b5e+)")
+    p.add_argument(
+        "--configs", default="0", help="CUDA config indices (1-4: a build with EJKERNEL_CUDA_GMM_SWEEP=1, gmm_sm90.cuh)"
+    )
     p.add_argument("--kernels", default="fwd,dlhs,tgmm")
     p.add_argument("--no-triton", action="store_true")
     ns = p.parse_args()
     dt = jnp.dtype(jnp.bfloat16)
-    recs = check(dt)
+    recs = check(dt, [int(c) for c in ns.configs.split(",")])
 
     def dump():
         with open(ns.json, "w") as f:

@@ -33,18 +33,10 @@ std::string dims_str(ffi::AnyBuffer::Dimensions dims) {
   return s + "]";
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 ffi::Error GroupedMatmulImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Buffer<ffi::S32> starts,
                              ffi::Buffer<ffi::S32> ends, ffi::Result<ffi::AnyBuffer> out,
-                             ffi::Result<ffi::Buffer<ffi::U8>> workspace, int32_t layout, int32_t config) {
+                             ffi::Result<ffi::Buffer<ffi::U8>> workspace, int32_t layout, int32_t config,
+                             int32_t sm_count) {
   const auto ad = a.dimensions(), bd = b.dimensions(), od = out->dimensions();
   if (layout < 0 || layout > 2) return invalid("layout must be 0, 1 or 2, got " + std::to_string(layout));
   if (config < 0 || config >= gmm::num_configs())
@@ -88,8 +80,10 @@ ffi::Error GroupedMatmulImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuff
   p.ends = ends.typed_data();
   p.out = out->untyped_data();
   p.config = config;
-  const int sms = sm_count();
-  if (sms <= 0) return ffi::Error(ffi::ErrorCode::kInternal, "ejkernel_cuda grouped_matmul: no CUDA device");
+  // The SM count the Python side sized the workspace with (ext.sm_count()): CUTLASS's workspace
+  // and persistent grid depend on it, so both sides use the same number.
+  const int sms = sm_count;
+  if (sms <= 0) return invalid("sm_count must be positive, got " + std::to_string(sms));
   const size_t bytes = gmm::workspace_bytes(p, sms);
   if (workspace->size_bytes() < bytes)
     return invalid("the workspace has " + std::to_string(workspace->size_bytes()) + " bytes, the call needs " + std::to_string(bytes));
@@ -124,4 +118,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelGroupedMatmul, GroupedMatmulImpl,
                                   .Ret<ffi::AnyBuffer>()         // out
                                   .Ret<ffi::Buffer<ffi::U8>>()   // workspace
                                   .Attr<int32_t>("layout")
-                                  .Attr<int32_t>("config"));
+                                  .Attr<int32_t>("config")
+                                  .Attr<int32_t>("sm_count"));

@@ -4,16 +4,9 @@
 #include <cuda_fp16.h>
 
 #include "grouped_matmul/gmm.h"
+#include "grouped_matmul/gmm_sm90.h"
 
 namespace ejkernel_cuda::gmm {
-namespace sm90 {
-size_t workspace_row_row(const Problem& p, int sm_count);
-std::string run_row_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
-size_t workspace_row_col(const Problem& p, int sm_count);
-std::string run_row_col(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
-size_t workspace_col_row(const Problem& p, int sm_count);
-std::string run_col_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
-}  // namespace sm90
 
 namespace {
 
@@ -42,7 +35,7 @@ __global__ void zero_groups_kernel(uint4* out, const int32_t* starts, const int3
 
 }  // namespace
 
-int num_configs() { return 1; }
+int num_configs() { return sm90::kNumConfigs; }
 
 size_t workspace_bytes(const Problem& p, int sm_count) {
   switch (p.layout) {

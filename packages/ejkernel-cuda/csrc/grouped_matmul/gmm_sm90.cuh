@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -15,7 +16,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
-#include "grouped_matmul/gmm.h"
+#include "grouped_matmul/gmm_sm90.h"
 
 namespace ejkernel_cuda::gmm::sm90 {
 
@@ -23,32 +24,57 @@ using namespace cute;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
-// The tile config: a 128x256x64 CTA tile computed by two consumer warpgroups (cooperative: each
+// The tile configs: a 128x256x64 CTA tile computed by two consumer warpgroups (cooperative: each
 // holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in 2-CTA clusters
 // along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
 // results/h200/wave2/gmm-cuda/): clusters along m (the rhs tile multicast) 2 % faster on the
 // 65536-row forward, equal or slower elsewhere (up to 24 %: dlhs at 64 experts); 64x256
 // ping-pong tiles 3-85 % slower; for tgmm (whose M is k: no rows wasted), 256x128 tiles in the
 // same clusters from 4 % faster to 2 % slower (call 6): not kept.
-struct CoopM128N256C12 {
+//
+// The epilogue (how the accumulator reaches memory) is paid once per tile, after its main loop:
+//   Epi: CUTLASS's TMA-store epilogue (through shared memory) or the no-smem one (each thread
+//     stores its accumulator fragment: no shared memory, no store tensor map per group);
+//   EpiTile: the TMA epilogue's subtile (Auto: 128x32, 8 per tile with 2 in flight);
+//   kVoidC: no C operand (beta is always 0): no C tensor maps, no source buffers in shared memory.
+// Shipped (config 0): no C, 128x64 subtiles. H100, call 10 (results/h200/wave2/gmm-cuda/), against
+// the earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster
+// on the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
+// (config 2) and no C with Auto subtiles (4) land in between; the no-smem epilogue (3) is
+// 16-173 % slower (one 2-byte store per element). None of them removes the ~6 us a tile costs
+// besides its k steps (tgmm at 64 experts: 4 steps of ~0.75 us, 9.3 us per tile in all).
+template <class Epi_, class EpiTile_, bool kVoidC_>
+struct Coop128x256 {
   using Tile = Shape<_128, _256, _64>;
   using Cluster = Shape<_1, _2, _1>;
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = Epi_;
+  using EpiTile = EpiTile_;
+  static constexpr bool kVoidC = kVoidC_;
 };
+using TmaEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+using AutoTile = cutlass::epilogue::collective::EpilogueTileAuto;
+using Config0 = Coop128x256<TmaEpi, Shape<_128, _64>, true>;
+#ifdef EJKERNEL_GMM_SWEEP  // measurement builds only (CMake: EJKERNEL_CUDA_GMM_SWEEP=1)
+using Config1 = Coop128x256<TmaEpi, AutoTile, false>;
+using Config2 = Coop128x256<TmaEpi, Shape<_128, _128>, true>;
+using Config3 = Coop128x256<cutlass::epilogue::PtrArrayNoSmemWarpSpecialized, AutoTile, true>;
+using Config4 = Coop128x256<TmaEpi, AutoTile, true>;
+#endif
+
 template <class Element, class ElementD, class LayoutA, class LayoutB, class Cfg>
 struct Gemm {
   using ElementAcc = float;
   using ElementOut = ElementD;
+  using ElementC = std::conditional_t<Cfg::kVoidC, void, ElementD>;
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD*, kAlignD, ElementD,
-      LayoutD*, kAlignD, typename Cfg::Epilogue,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc>>::CollectiveOp;
+      typename Cfg::EpiTile, ElementAcc, ElementAcc, ElementC, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
+      typename Cfg::Epilogue, cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementC>>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign,
@@ -147,23 +173,17 @@ typename G::Device::Arguments arguments(const Problem& p, const Arrays<G>& arr, 
   cutlass::KernelHardwareInfo hw;
   if (::cudaGetDevice(&hw.device_id) != cudaSuccess) hw.device_id = 0;
   hw.sm_count = sm_count;
-  typename G::Device::Arguments args;
-  decltype(args.epilogue.thread) fusion;
-  fusion.alpha = 1.0f;
-  fusion.beta = 0.0f;
-  fusion.alpha_ptr = nullptr;
-  fusion.beta_ptr = nullptr;
-  fusion.alpha_ptr_array = nullptr;
-  fusion.beta_ptr_array = nullptr;
-  fusion.dAlpha = {_0{}, _0{}, 0};
-  fusion.dBeta = {_0{}, _0{}, 0};
-  args = typename G::Device::Arguments{
-      cutlass::gemm::GemmUniversalMode::kGrouped,
-      {p.groups, arr.shapes, nullptr},
-      {(const Element**)arr.ptr_a, arr.stride_a, (const Element**)arr.ptr_b, arr.stride_b},
-      // C (beta = 0, never read) points at D.
-      {fusion, (const ElementD**)arr.ptr_d, arr.stride_d, (ElementD**)arr.ptr_d, arr.stride_d},
-      hw};
+  // The epilogue's defaults: alpha = 1, beta = 0 (C is never read; with a C operand it points at D).
+  typename G::Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                     {p.groups, arr.shapes, nullptr},
+                                     {(const Element**)arr.ptr_a, arr.stride_a, (const Element**)arr.ptr_b, arr.stride_b},
+                                     {},
+                                     hw};
+  using EpiArgs = decltype(args.epilogue);
+  if constexpr (!std::is_void_v<typename G::ElementC>) args.epilogue.ptr_C = (const ElementD**)arr.ptr_d;
+  args.epilogue.dC = reinterpret_cast<decltype(EpiArgs::dC)>(arr.stride_d);
+  args.epilogue.ptr_D = (ElementD**)arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
   return args;
 }
 
@@ -224,8 +244,26 @@ struct Entry {
   using G = Gemm<Element, ElementD, LayoutA, LayoutB, Cfg>;
 
   template <class Element, class ElementD, class F>
-  static auto by_config(int /*config*/, F&& f) {  // one config (num_configs() == 1)
-    return f(static_cast<G<Element, ElementD, CoopM128N256C12>*>(nullptr));
+  static auto by_config(int config, F&& f) {
+#ifdef EJKERNEL_GMM_SWEEP
+    // The sweep measures bf16 (fp16 inputs run config 0 whatever the index).
+    if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
+      switch (config) {
+        case 1:
+          return f(static_cast<G<Element, ElementD, Config1>*>(nullptr));
+        case 2:
+          return f(static_cast<G<Element, ElementD, Config2>*>(nullptr));
+        case 3:
+          return f(static_cast<G<Element, ElementD, Config3>*>(nullptr));
+        case 4:
+          return f(static_cast<G<Element, ElementD, Config4>*>(nullptr));
+        default:
+          break;
+      }
+    }
+#endif
+    (void)config;
+    return f(static_cast<G<Element, ElementD, Config0>*>(nullptr));
   }
 
   template <class Element, class F>
@@ -252,14 +290,4 @@ struct Entry {
   }
 };
 
-}  // namespace ejkernel_cuda::gmm::sm90
-
-// Each gmm_sm90_<layout>.cu defines these for its layout.
-namespace ejkernel_cuda::gmm::sm90 {
-size_t workspace_row_row(const Problem& p, int sm_count);
-std::string run_row_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
-size_t workspace_row_col(const Problem& p, int sm_count);
-std::string run_row_col(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
-size_t workspace_col_row(const Problem& p, int sm_count);
-std::string run_col_row(const Problem& p, void* ws, size_t ws_size, int sm_count, cudaStream_t stream);
 }  // namespace ejkernel_cuda::gmm::sm90

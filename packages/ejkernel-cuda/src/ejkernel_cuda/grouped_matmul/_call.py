@@ -39,16 +39,18 @@ def ffi_gmm(
         shape = (starts.shape[0], k, b.shape[1])
     else:
         shape = (m, b.shape[2] if layout == ROW_ROW else b.shape[1])
+    sms = ext.sm_count()  # type: ignore[union-attr]
     ws = ext.gmm_workspace_bytes(  # type: ignore[union-attr]
         layout=layout, float16=jnp.dtype(a.dtype) == jnp.float16, out_f32=jnp.dtype(out_dtype) == jnp.float32,
-        groups=int(starts.shape[0]), config=config, m=m, k=k, n=shape[-1], sm_count=ext.sm_count(),  # type: ignore[union-attr]
+        groups=int(starts.shape[0]), config=config, m=m, k=k, n=shape[-1], sm_count=sms,
     )  # fmt: skip
     call = jax.ffi.ffi_call(
         TARGET,
         (jax.ShapeDtypeStruct(shape, out_dtype), jax.ShapeDtypeStruct((ws,), jnp.uint8)),
         vmap_method="sequential",
     )
-    out, _ = call(a, b, starts, ends, layout=np.int32(layout), config=np.int32(config))
+    # The handler runs with the SM count the workspace was sized for.
+    out, _ = call(a, b, starts, ends, layout=np.int32(layout), config=np.int32(config), sm_count=np.int32(sms))
     return out
 
 
