@@ -41,8 +41,9 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 // the earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster
 // on the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
 // (config 2) and no C with Auto subtiles (4) land in between; the no-smem epilogue (3) is
-// 16-173 % slower (one 2-byte store per element). None of them removes the ~6 us a tile costs
-// besides its k steps (tgmm at 64 experts: 4 steps of ~0.75 us, 9.3 us per tile in all).
+// 16-173 % slower (one 2-byte store per element). (Call 10 was taken with a timer whose loop
+// summed every output, 403 MB a call for tgmm at 64 experts; with the fixed timer, call 15, tgmm
+// takes 0.292 ms there, and Nsight Compute times the kernel alone at 0.258 ms, call 14.)
 template <class Epi_, class EpiTile_, bool kVoidC_>
 struct Coop128x256 {
   using Tile = Shape<_128, _256, _64>;
