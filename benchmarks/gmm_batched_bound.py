@@ -66,14 +66,13 @@ def main() -> None:
     except ImportError as e:
         print(f"no CUDA grouped kernels: {e}")
     try:
+        from ejkernel.ops.executor import bind
         from ejkernel_triton.grouped_matmul import heuristics as TH
-        from ejkernel_triton.grouped_matmul._call import Spec, gmm, persistent_programs, tail_rows, tgmm
+        from ejkernel_triton.grouped_matmul._call import gmm, make_spec, tgmm
 
-        c = TH.heuristic(m, k, n, g, 2, (9, 0))
-        spec = Spec(
-            m, k, n, g, False, jnp.dtype(dt).name, "default", c.block_m, c.block_n, c.block_k, c.num_warps,
-            c.num_stages, c.split_k, persistent_programs(c, 2) if c.persistent else 0, tail_rows(c.block_m),
-        )  # fmt: skip
+        sizes = jnp.full((g,), r, jnp.int32)
+        args = bind("grouped_matmul", lhs, rhs, sizes, preferred_element_type=dt)
+        spec = make_spec(args, TH.heuristic(m, k, n, g, 2, (9, 0)))  # Triton's shipped config on Hopper
         grouped["triton"] = {
             "fwd": lambda a, b: gmm(spec, a, b, starts, ends, True, dt),
             "dlhs": lambda d, b: gmm(spec, d, b, starts, ends, False, dt),
