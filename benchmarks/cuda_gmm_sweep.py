@@ -21,11 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ejkernel.ops.executor import bind
 from ejkernel.ops.grouped_matmul.bench import group_sizes_for
 from ejkernel.ops.timing import looped, time_callable
 from ejkernel_cuda.grouped_matmul._call import COL_ROW, ROW_COL, ROW_ROW, ffi_gmm
 from ejkernel_triton.grouped_matmul import heuristics as TH
-from ejkernel_triton.grouped_matmul._call import Spec, gmm, persistent_programs, tail_rows, tgmm
+from ejkernel_triton.grouped_matmul._call import gmm, make_spec, tgmm
 
 LOOP = 20
 SHAPES = [
@@ -109,7 +110,9 @@ def main() -> None:
     p.add_argument("--json", required=True)
     p.add_argument("--shapes", default="0,1,2,3", help="indices into SHAPES (4: shape 1 with equal groups)")
     p.add_argument(
-        "--configs", default="0", help="CUDA config indices (1-4: a build with EJKERNEL_CUDA_GMM_SWEEP=1, gmm_sm90.cuh)"
+        "--configs",
+        default="0",
+        help="CUDA config indices (1-5: a build with EJKERNEL_CUDA_GMM_SWEEP=1, gmm_sm90.cuh)",
     )
     p.add_argument("--kernels", default="fwd,dlhs,tgmm")
     p.add_argument("--no-triton", action="store_true")
@@ -144,12 +147,8 @@ def one_shape(ns: argparse.Namespace, shape: tuple, dt, recs: list, dump) -> Non
     print(f"dense m{m} k{k} n{n}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:6.1f} TFLOP/s", flush=True)
     recs.append(dict(shape=shape, impl="dense", kernel="fwd", ms=ms, tflops=flops / (ms * 1e-3) / 1e12))
     # Triton's shipped config (its heuristic) for the same three kernels.
-    c = TH.heuristic(m, k, n, g, 2, (9, 0))
-    programs = persistent_programs(c, 2) if c.persistent else 0
-    spec = Spec(
-        m, k, n, g, False, dt.name, "default", c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages,
-        c.split_k, programs, tail_rows(c.block_m),
-    )  # fmt: skip
+    args = bind("grouped_matmul", lhs, rhs, jnp.asarray(sizes), preferred_element_type=dt)
+    spec = make_spec(args, TH.heuristic(m, k, n, g, 2, (9, 0)))
     kernels = {
         "fwd": (
             (lambda a, b, st, en: gmm(spec, a, b, st, en, True, dt)),

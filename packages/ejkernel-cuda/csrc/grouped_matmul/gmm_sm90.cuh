@@ -24,9 +24,9 @@ using namespace cute;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
-// The tile configs: a 128x256x64 CTA tile computed by two consumer warpgroups (cooperative: each
-// holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in 2-CTA clusters
-// along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
+// The tile configs. Config 0 (shipped): a 128x256x64 CTA tile computed by two consumer warpgroups
+// (cooperative: each holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in
+// 2-CTA clusters along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
 // results/h200/wave2/gmm-cuda/): clusters along m (the rhs tile multicast) 2 % faster on the
 // 65536-row forward, equal or slower elsewhere (up to 24 %: dlhs at 64 experts); 64x256
 // ping-pong tiles 3-85 % slower; for tgmm (whose M is k: no rows wasted), 256x128 tiles in the
@@ -37,38 +37,67 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 //     stores its accumulator fragment: no shared memory, no store tensor map per group);
 //   EpiTile: the TMA epilogue's subtile (Auto: 128x32, 8 per tile with 2 in flight);
 //   kVoidC: no C operand (beta is always 0): no C tensor maps, no source buffers in shared memory.
-// Shipped (config 0): no C, 128x64 subtiles. H100, call 10 (results/h200/wave2/gmm-cuda/), against
-// the earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster
-// on the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
+// Shipped: no C, 128x64 subtiles. H100, call 10 (results/h200/wave2/gmm-cuda/), against the
+// earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster on
+// the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
 // (config 2) and no C with Auto subtiles (4) land in between; the no-smem epilogue (3) is
 // 16-173 % slower (one 2-byte store per element). (Call 10 was taken with a timer whose loop
 // summed every output, 403 MB a call for tgmm at 64 experts; with the fixed timer, call 15, tgmm
 // takes 0.292 ms there, and Nsight Compute times the kernel alone at 0.258 ms, call 14.)
-template <class Epi_, class EpiTile_, bool kVoidC_>
-struct Coop128x256 {
-  using Tile = Shape<_128, _256, _64>;
-  using Cluster = Shape<_1, _2, _1>;
+//
+// Sweep config 5 (kSwap) computes the forward and dlhs transposed: out[rows of j]ᵀ = B_jᵀ ·
+// a[rows of j]ᵀ, so a group's rows are the GEMM's N, tiled by 144, and out's columns its M, tiled
+// by 256, in 2-CTA clusters along N that multicast the B_j tile: two tiles hold 288 rows of one
+// group, which reads each B_j tile once for groups of up to 288 rows (config 0: once per 128
+// rows) and computes 288 rows for groups of 256 +- 16 (config 0: 256 or 384). out is written
+// column-major through [n, rows] views. Calls 17-18 (H100): at (16384, 2048, 1536, 64) the forward
+// 2 % faster than config 0 (5 % with equal groups), dlhs equal; 2-8 % slower on the 8-expert,
+// 65536-row and Zipf shapes. Its gain lives in a narrow band of m / g (about 240-260 rows a
+// group), too narrow for a default: not shipped. tgmm runs config 0 for index 5.
+template <class Tile_, class Cluster_, class Epi_, class EpiTile_, bool kVoidC_, bool kSwap_ = false>
+struct TileConfig {
+  using Tile = Tile_;
+  using Cluster = Cluster_;
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = Epi_;
   using EpiTile = EpiTile_;
   static constexpr bool kVoidC = kVoidC_;
+  static constexpr bool kSwap = kSwap_;
 };
 using TmaEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 using AutoTile = cutlass::epilogue::collective::EpilogueTileAuto;
-using Config0 = Coop128x256<TmaEpi, Shape<_128, _64>, true>;
+using Tile128x256 = Shape<_128, _256, _64>;
+using ClusterN2 = Shape<_1, _2, _1>;
+using Config0 = TileConfig<Tile128x256, ClusterN2, TmaEpi, Shape<_128, _64>, true>;
 #ifdef EJKERNEL_GMM_SWEEP  // measurement builds only (CMake: EJKERNEL_CUDA_GMM_SWEEP=1)
-using Config1 = Coop128x256<TmaEpi, AutoTile, false>;
-using Config2 = Coop128x256<TmaEpi, Shape<_128, _128>, true>;
-using Config3 = Coop128x256<cutlass::epilogue::PtrArrayNoSmemWarpSpecialized, AutoTile, true>;
-using Config4 = Coop128x256<TmaEpi, AutoTile, true>;
+using Config1 = TileConfig<Tile128x256, ClusterN2, TmaEpi, AutoTile, false>;
+using Config2 = TileConfig<Tile128x256, ClusterN2, TmaEpi, Shape<_128, _128>, true>;
+using Config3 = TileConfig<Tile128x256, ClusterN2, cutlass::epilogue::PtrArrayNoSmemWarpSpecialized, AutoTile, true>;
+using Config4 = TileConfig<Tile128x256, ClusterN2, TmaEpi, AutoTile, true>;
+// 256 (out's columns) x 144 (rows) x 64, 128x48 epilogue subtiles. The wgmma of N = 144 is one of
+// CuTe's extended shapes (CMake defines CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in sweep builds):
+// without it CuTe picks 64x16x16 for this tile, nine instructions for one, each re-reading the A
+// tile from shared memory, and it ran 1.65-2.3x slower than config 0 (call 17).
+using Config5 = TileConfig<Shape<_256, _144, _64>, ClusterN2, TmaEpi, Shape<_128, _48>, true, true>;
 #endif
 
-template <class Element, class ElementD, class LayoutA, class LayoutB, class Cfg>
+// LayoutA / LayoutB: the operands of the product as the layout computes it (out = A · B_j). With
+// Cfg::kSwap the kernel's operands are A' = B_jᵀ (M' = out's columns: column-major when B_j is
+// row-major [K, N], row-major when b stores [N, K]), B' = a[rows]ᵀ (K-major) and D' = outᵀ
+// (column-major); kSwap applies to the row-major-A layouts (forward, dlhs) only.
+template <class Element, class ElementD, class LayoutA_, class LayoutB_, class Cfg>
 struct Gemm {
+  using RowMajor = cutlass::layout::RowMajor;
+  using ColumnMajor = cutlass::layout::ColumnMajor;
+  static constexpr bool kSwap = Cfg::kSwap;
+  static_assert(!kSwap || std::is_same_v<LayoutA_, RowMajor>, "kSwap needs a row-major A (the forward layouts)");
+  using LayoutA =
+      std::conditional_t<kSwap, std::conditional_t<std::is_same_v<LayoutB_, RowMajor>, ColumnMajor, RowMajor>, LayoutA_>;
+  using LayoutB = std::conditional_t<kSwap, ColumnMajor, LayoutB_>;
+  using LayoutD = std::conditional_t<kSwap, ColumnMajor, RowMajor>;
   using ElementAcc = float;
   using ElementOut = ElementD;
   using ElementC = std::conditional_t<Cfg::kVoidC, void, ElementD>;
-  using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 
@@ -138,7 +167,7 @@ Arrays<G> carve(void* ws, int groups) {
 }
 
 // One thread per group: its problem shape and operand pointers from the device-side bounds. An
-// empty group gets M = 0 (no tiles: the scheduler skips it).
+// empty group gets M = 0 (N = 0 when swapped: no tiles, the scheduler skips it).
 template <class G, class Element>
 __global__ void setup_kernel(Arrays<G> arr, Problem p, typename G::StrideA sa, typename G::StrideB sb,
                              typename G::StrideD sd) {
@@ -151,7 +180,12 @@ __global__ void setup_kernel(Arrays<G> arr, Problem p, typename G::StrideA sa, t
   const Element* b = static_cast<const Element*>(p.b);
   ElementD* out = static_cast<ElementD*>(p.out);
   const int64_t s = start, k = p.k, n = p.n;
-  if (p.layout == Layout::kColRow) {  // out[j] ([k, n]) = a[rows]ᵀ @ b[rows]
+  if constexpr (G::kSwap) {  // out[rows]ᵀ ([n, rows]) = B_jᵀ @ a[rows]ᵀ
+    arr.shapes[j] = UnderlyingShape(p.n, rows, p.k);
+    arr.ptr_a[j] = b + static_cast<int64_t>(j) * k * n;
+    arr.ptr_b[j] = a + s * k;
+    arr.ptr_d[j] = out + s * n;
+  } else if (p.layout == Layout::kColRow) {  // out[j] ([k, n]) = a[rows]ᵀ @ b[rows]
     arr.shapes[j] = UnderlyingShape(rows > 0 ? p.k : 0, p.n, rows);
     arr.ptr_a[j] = a + s * k;
     arr.ptr_b[j] = b + s * n;
@@ -191,7 +225,11 @@ typename G::Device::Arguments arguments(const Problem& p, const Arrays<G>& arr, 
 // Strides of the operands (the same for every group).
 template <class G>
 void strides(const Problem& p, typename G::StrideA* sa, typename G::StrideB* sb, typename G::StrideD* sd) {
-  if (p.layout == Layout::kColRow) {
+  if constexpr (G::kSwap) {  // A' = B_jᵀ [n, k], B' = a[rows]ᵀ (K-major), D' = [n, rows] column-major
+    *sa = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(p.n, p.k, 1));
+    *sb = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(1, p.k, 1));
+    *sd = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(p.n, 1, 1));
+  } else if (p.layout == Layout::kColRow) {
     *sa = cutlass::make_cute_packed_stride(typename G::StrideA{}, make_shape(p.k, 1, 1));  // (M=k, K=rows)
     *sb = cutlass::make_cute_packed_stride(typename G::StrideB{}, make_shape(p.n, 1, 1));  // (N=n, K=rows)
     *sd = cutlass::make_cute_packed_stride(typename G::StrideD{}, make_shape(p.k, p.n, 1));
@@ -247,7 +285,8 @@ struct Entry {
   template <class Element, class ElementD, class F>
   static auto by_config(int config, F&& f) {
 #ifdef EJKERNEL_GMM_SWEEP
-    // The sweep measures bf16 (fp16 inputs run config 0 whatever the index).
+    // The sweep measures bf16 (fp16 inputs run config 0 whatever the index); config 5 (the
+    // transposed product) applies to the row-major-A layouts, and tgmm runs config 0 for it.
     if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
       switch (config) {
         case 1:
@@ -258,6 +297,11 @@ struct Entry {
           return f(static_cast<G<Element, ElementD, Config3>*>(nullptr));
         case 4:
           return f(static_cast<G<Element, ElementD, Config4>*>(nullptr));
+        case 5:
+          if constexpr (std::is_same_v<LayoutA, cutlass::layout::RowMajor>) {
+            return f(static_cast<G<Element, ElementD, Config5>*>(nullptr));
+          }
+          break;
         default:
           break;
       }

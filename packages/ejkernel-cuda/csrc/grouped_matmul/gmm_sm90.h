@@ -14,7 +14,7 @@ namespace ejkernel_cuda::gmm::sm90 {
 // Tile configs compiled in (gmm_sm90.cuh): one, or the measurement set of a build with
 // EJKERNEL_GMM_SWEEP (CMake: EJKERNEL_CUDA_GMM_SWEEP=1 in the environment).
 #ifdef EJKERNEL_GMM_SWEEP
-inline constexpr int kNumConfigs = 5;
+inline constexpr int kNumConfigs = 6;
 #else
 inline constexpr int kNumConfigs = 1;
 #endif
