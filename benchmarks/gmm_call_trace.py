@@ -31,31 +31,21 @@ from ejkernel.ops.grouped_matmul.bench import group_sizes_for
 from ejkernel.ops.timing import device_ms, looped
 
 
-def _kernels(trace_dir: str) -> list[tuple[int, int, str]]:
-    """GPU 0's kernel spans (start ns, end ns, short name) in the newest trace under the folder."""
+def _kernels(trace_dir: str) -> tuple[list[tuple[int, int, str]], float]:
+    """GPU 0's kernel spans (start ns, end ns, short name) in the newest trace under the folder,
+    and the ns of their union (the GPU's busy time)."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from gpu_trace_summary import _STREAM_LINE, _load, _short
+    from gpu_trace_summary import _STREAM_LINE, _length, _load, _short, _union
 
     _, data = _load(trace_dir)
     plane = next(p for p in data.planes if p.name.endswith("/device:GPU:0"))
-    return sorted(
+    spans = sorted(
         (ev.start_ns, ev.end_ns, _short(ev.name))
         for ln in plane.lines
         if _STREAM_LINE.match(ln.name)
         for ev in ln.events
     )
-
-
-def _busy_ns(spans: list[tuple[int, int, str]]) -> int:
-    total, cur_s, cur_e = 0, None, None
-    for s, e, _ in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
+    return spans, _length(_union([(s, e) for s, e, _ in spans]))
 
 
 def trace_one(fn: Any, args: tuple, calls: int) -> dict[str, Any]:
@@ -65,7 +55,7 @@ def trace_one(fn: Any, args: tuple, calls: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
             jax.block_until_ready(prog(*args))
-        spans = _kernels(d)
+        spans, busy_ns = _kernels(d)
     if not spans:
         return {"error": "no kernels in the trace"}
     by_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -73,7 +63,7 @@ def trace_one(fn: Any, args: tuple, calls: int) -> dict[str, Any]:
         by_name[name][0] += 1
         by_name[name][1] += (e - s) * 1e-6
     span_ms = (spans[-1][1] - spans[0][0]) * 1e-6
-    busy_ms = _busy_ns(spans) * 1e-6
+    busy_ms = busy_ns * 1e-6
     return {
         "calls": calls,
         "span_ms_per_call": span_ms / calls,
