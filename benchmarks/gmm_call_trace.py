@@ -7,7 +7,7 @@ time per call into the kernels (by name), the GPU's busy time (the union of kern
 the idle time between kernels (launch gaps, the loop's host round trips). It also reports the
 bench's own figure (``device_ms``) for each, so the two can be compared.
 
-    python3 benchmarks/gmm_call_trace.py --json out.json [--shape 16384,2048,1536,64] [--calls 20] [--configs 0,1]
+    python3 benchmarks/gmm_call_trace.py --json out.json [--shape 16384,2048,1536,64] [--calls 20] [--configs 0]
 
 Group sizes are the bench's (``group_sizes_for``, multinomial by default).
 """
@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import ejkernel
+from ejkernel.ops.executor import bind
 from ejkernel.ops.grouped_matmul.bench import group_sizes_for
+from ejkernel.ops.grouped_matmul.op import group_bounds
 from ejkernel.ops.timing import device_ms, looped
 
 
@@ -91,10 +93,9 @@ def main() -> None:
     k1, k2 = jax.random.split(jax.random.key(0))
     lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(dt)
     rhs = (jax.random.normal(k2, (g, k, n), dt) / np.sqrt(k)).astype(dt)
-    sizes_np = group_sizes_for(m, g, ns.dist)
-    sizes = jnp.asarray(sizes_np)
-    ends_np = np.cumsum(sizes_np).astype(np.int32)
-    starts, ends = jnp.asarray(ends_np - sizes_np.astype(np.int32)), jnp.asarray(ends_np)
+    sizes = jnp.asarray(group_sizes_for(m, g, ns.dist))
+    # The FFI rows take the bounds the CUDA implementation computes (the op's group_bounds).
+    starts, ends = group_bounds(bind("grouped_matmul", lhs, rhs, sizes, preferred_element_type=dt))
     b0 = rhs[0]
 
     fns: dict[str, tuple[Any, tuple]] = {
