@@ -26,7 +26,7 @@ from ejkernel.ops.grouped_matmul.bench import group_sizes_for
 from ejkernel.ops.timing import looped, time_callable
 from ejkernel_cuda.grouped_matmul._call import COL_ROW, ROW_COL, ROW_ROW, ffi_gmm
 from ejkernel_triton.grouped_matmul import heuristics as TH
-from ejkernel_triton.grouped_matmul._call import gmm, make_spec, tgmm
+from ejkernel_triton.grouped_matmul._call import gmm, group_inputs, make_spec, tgmm
 
 LOOP = 20
 SHAPES = [
@@ -149,19 +149,20 @@ def one_shape(ns: argparse.Namespace, shape: tuple, dt, recs: list, dump) -> Non
     # Triton's shipped config (its heuristic) for the same three kernels.
     args = bind("grouped_matmul", lhs, rhs, jnp.asarray(sizes), preferred_element_type=dt)
     spec = make_spec(args, TH.heuristic(m, k, n, g, 2, (9, 0)))
+    gs, off = group_inputs(args)  # what the Triton kernels read of the groups (they take no bounds)
     kernels = {
         "fwd": (
-            (lambda a, b, st, en: gmm(spec, a, b, st, en, True, dt)),
+            (lambda a, b, st, en: gmm(spec, a, b, gs, off, True, dt)),
             lambda c: lambda a, b, st, en: ffi_gmm(a, b, st, en, ROW_ROW, dt, c),
             (lhs, rhs, starts, ends),
         ),
         "dlhs": (
-            (lambda a, b, st, en: gmm(spec, a, b, st, en, False, dt)),
+            (lambda a, b, st, en: gmm(spec, a, b, gs, off, False, dt)),
             lambda c: lambda a, b, st, en: ffi_gmm(a, b, st, en, ROW_COL, dt, c),
             (dout, rhs, starts, ends),
         ),
         "tgmm": (
-            (lambda a, d, st, en: tgmm(spec, a, d, st, en, dt)),
+            (lambda a, d, st, en: tgmm(spec, a, d, gs, off, dt)),
             lambda c: lambda a, d, st, en: ffi_gmm(a, d, st, en, COL_ROW, dt, c),
             (lhs, dout, starts, ends),
         ),

@@ -68,15 +68,16 @@ def main() -> None:
     try:
         from ejkernel.ops.executor import bind
         from ejkernel_triton.grouped_matmul import heuristics as TH
-        from ejkernel_triton.grouped_matmul._call import gmm, make_spec, tgmm
+        from ejkernel_triton.grouped_matmul._call import gmm, group_inputs, make_spec, tgmm
 
         sizes = jnp.full((g,), r, jnp.int32)
         args = bind("grouped_matmul", lhs, rhs, sizes, preferred_element_type=dt)
         spec = make_spec(args, TH.heuristic(m, k, n, g, 2, (9, 0)))  # Triton's shipped config on Hopper
+        gs, off = group_inputs(args)
         grouped["triton"] = {
-            "fwd": lambda a, b: gmm(spec, a, b, starts, ends, True, dt),
-            "dlhs": lambda d, b: gmm(spec, d, b, starts, ends, False, dt),
-            "tgmm": lambda a, d: tgmm(spec, a, d, starts, ends, dt),
+            "fwd": lambda a, b: gmm(spec, a, b, gs, off, True, dt),
+            "dlhs": lambda d, b: gmm(spec, d, b, gs, off, False, dt),
+            "tgmm": lambda a, d: tgmm(spec, a, d, gs, off, dt),
         }
     except ImportError as e:
         print(f"no Triton grouped kernels: {e}")

@@ -105,8 +105,8 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
     recs = []
     for m, k, n, g, dist in shapes:
         sizes = group_sizes_for(m, g, dist)
-        cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-        starts, ends = jnp.asarray(cum[:-1]), jnp.asarray(cum[1:])
+        # What the kernels read of the groups (``_call.group_inputs``): the sizes, the offset 0.
+        gs, off = jnp.asarray(sizes, jnp.int32), jnp.zeros((1,), jnp.int32)
         k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
         lhs = jax.random.normal(k1, (m, k), dt)
         rhs = (jax.random.normal(k2, (g, k, n), dt) / float(np.sqrt(k))).astype(dt)
@@ -134,18 +134,18 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
                 spec = Spec(m, k, n, g, False, dt.name, "default", bm, bn, bk, w, s, split, programs, tail)
                 if kernel == "fwd":
                     fn, args = (
-                        (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, True, dt)),
-                        (lhs, rhs, starts, ends),
+                        (lambda a, b, gs, off, spec=spec: gmm(spec, a, b, gs, off, True, dt)),
+                        (lhs, rhs, gs, off),
                     )
                 elif kernel == "dlhs":
                     fn, args = (
-                        (lambda a, b, st, en, spec=spec: gmm(spec, a, b, st, en, False, dt)),
-                        (dout, rhs, starts, ends),
+                        (lambda a, b, gs, off, spec=spec: gmm(spec, a, b, gs, off, False, dt)),
+                        (dout, rhs, gs, off),
                     )
                 else:
                     fn, args = (
-                        (lambda a, d, st, en, spec=spec: tgmm(spec, a, d, st, en, dt)),
-                        (lhs, dout, starts, ends),
+                        (lambda a, d, gs, off, spec=spec: tgmm(spec, a, d, gs, off, dt)),
+                        (lhs, dout, gs, off),
                     )
                 t0 = time.time()
                 try:

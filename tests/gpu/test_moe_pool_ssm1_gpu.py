@@ -68,6 +68,17 @@ GMM_CASES = [
         dtype="bfloat16",
         out_dtype=None,
     ),
+    # ~250 rows per group: the heuristic's 4-stage 128x256 tiles, on a slice of the experts.
+    GroupedMatmulCase(
+        "medium-groups-slice",
+        m=3100,
+        k=256,
+        n=520,
+        group_sizes=_sizes(3100, 12, "multinomial"),
+        group_offset=2,
+        local_groups=8,  # 3100 / 8 rows per local group for the heuristic: under 512
+        dtype="bfloat16",
+    ),
     GroupedMatmulCase("fp32-tf32", m=1031, k=200, n=136, group_sizes=_sizes(1031, 8, "zipf"), dtype="float32"),
 ]
 GMM_CONFIGS = {

@@ -23,9 +23,14 @@ from ejkernel.testing import conformance as C
 if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated in interpreter mode
     raise RuntimeError("run with TRITON_INTERPRET=1 (nox -s triton_interpret)")
 
-from ejkernel_triton._launch import interpreted
+import jax
+import triton
+import triton.language as tl
+
+from ejkernel_triton._launch import interpreted, launch
 from ejkernel_triton.grouped_matmul import TritonGroupedMatmul
-from ejkernel_triton.grouped_matmul._plan import gmm_schedule, max_tiles
+from ejkernel_triton.grouped_matmul._call import group_inputs, max_tiles, segment_pad
+from ejkernel_triton.grouped_matmul._kernel import schedule, tile_of
 
 OP = "grouped_matmul"
 GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))
@@ -63,27 +68,59 @@ def test_heuristic_config_runs():
     assert C.check_impl(IMPL, case, None, device=GPU) == "ok"
 
 
-_SIZES = [(5, 0, 40, 1), (0, 0, 0), (64,), (17, 16, 15, 0, 33)]
-# (sizes, group_offset, local groups): every group, and a slice of two from group 1 where one exists.
-_SLICES = [(s, 0, len(s)) for s in _SIZES] + [(s, 1, 2) for s in _SIZES if len(s) >= 3]
+@triton.jit
+def _schedule_probe(
+    sizes_ptr, offset_ptr, seg_ptr, row_ptr, end_ptr,
+    M: tl.constexpr, G: tl.constexpr, S_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Schedule entry ``program_id`` as ``gmm_kernel`` computes it, written out."""
+    i_t = tl.program_id(0)
+    lo, hi, first, ntiles = schedule(sizes_ptr, offset_ptr, M, G, S_PAD, BLOCK_M)
+    seg, row0, row_end = tile_of(i_t, lo, hi, first, ntiles, G, S_PAD, BLOCK_M)
+    tl.store(seg_ptr + i_t, seg)
+    tl.store(row_ptr + i_t, row0)
+    tl.store(end_ptr + i_t, row_end)
+
+
+# m = 120 rows. (100, 50, 7) overruns it: groups past the rows are cut at m, never written past it.
+_SIZES = [(5, 0, 40, 1), (0, 0, 0), (64,), (17, 16, 15, 0, 33), (100, 50, 7), (6,) * 20]
+# (sizes, group_offset, local groups): every group, a slice of two from group 1 where one exists,
+# and the last groups of the 20 (a base sum over more than one vector of segments).
+_SLICES = [(s, 0, len(s)) for s in _SIZES] + [(s, 1, 2) for s in _SIZES if len(s) >= 3] + [((6,) * 20, 17, 3)]
 
 
 @pytest.mark.parametrize("sizes,offset,local", _SLICES)
 def test_schedule_covers_every_row_once(sizes, offset, local):
-    """Each row of [0, m) lies in exactly one tile, tagged with its local group (-1 outside)."""
+    """Each row of [0, m) lies in exactly one tile, tagged with its local group (-1 outside);
+    the entries past the schedule's end are tagged -2."""
     m, bm = 120, 16
-    sizes_np = np.asarray(sizes)
-    cum = np.concatenate([[0], np.cumsum(sizes_np)])
+    cum = np.minimum(np.concatenate([[0], np.cumsum(sizes)]), m)
     starts, ends = cum[offset : offset + local], cum[offset + 1 : offset + local + 1]
-    seg, row0, end, count = (
-        np.asarray(x) for x in gmm_schedule(jnp.asarray(starts, jnp.int32), jnp.asarray(ends, jnp.int32), m, bm)
+    entries = max_tiles(m, local, bm)
+    group_sizes, group_offset = group_inputs(
+        type("A", (), {"group_sizes": jnp.asarray(sizes, jnp.int32), "group_offset": jnp.int32(offset)})
     )
-    assert (seg[: int(count[0])] > -2).all() and (seg[int(count[0]) :] == -2).all()
-    assert len(seg) == max_tiles(m, local, bm)
+    outs = launch(
+        _schedule_probe,
+        group_sizes,
+        group_offset,
+        out_shape=[jax.ShapeDtypeStruct((entries,), jnp.int32)] * 3,
+        grid=(entries,),
+        num_warps=4,
+        num_stages=1,
+        M=m,
+        G=local,
+        S_PAD=segment_pad(local),
+        BLOCK_M=bm,
+    )
+    seg, row0, end = (np.asarray(x) for x in outs)
+    count = int((seg > -2).sum())
+    assert (seg[:count] > -2).all() and (seg[count:] == -2).all()
     owner = np.full(m, -9)
     for s, r, e in zip(seg, row0, end, strict=True):
         if s == -2:
             continue
+        assert r < e <= m
         rows = np.arange(r, min(r + bm, e))
         assert (owner[rows] == -9).all(), "a row in two tiles"
         owner[rows] = s

@@ -16,13 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
-from ejkernel.ops.grouped_matmul.op import group_bounds, merge_rows
+from ejkernel.ops.grouped_matmul.op import merge_rows
 
 from .. import _launch
 from .._launch import launch
 from . import heuristics as H
 from ._kernel import gmm_kernel, tgmm_kernel
-from ._plan import gmm_schedule, max_tiles
 
 # float32 operands: DEFAULT is three-pass TF32 (about float32's accuracy, as the flash kernels
 # use); one-pass TF32 (10-bit mantissa) misses the float32 reference by several times its own error.
@@ -31,6 +30,23 @@ _DOT_PRECISION = {"default": "tf32x3", "high": "tf32x3", "highest": "ieee"}
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def max_tiles(m: int, groups: int, block_m: int) -> int:
+    """An upper bound of the tile schedule's length (row tiles): ``sum ceil(s_i / B) <= m / B +
+    segments``, with ``groups + 2`` segments (the local groups and the rows before and after them)."""
+    return -(-m // block_m) + groups + 2
+
+
+def segment_pad(groups: int) -> int:
+    """The kernels' segment vector length: a power of two holding ``groups + 2`` segments."""
+    return max(16, 1 << (groups + 1).bit_length())
+
+
+def group_inputs(a: GroupedMatmulArgs) -> tuple[jax.Array, jax.Array]:
+    """What the kernels read of the groups: ``group_sizes`` (int32, all of them) and
+    ``group_offset`` as a ``[1]`` array; each program builds the row bounds from them."""
+    return a.group_sizes.astype(jnp.int32), jnp.reshape(a.group_offset, (1,)).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,32 +103,30 @@ def gmm(
     spec: Spec,
     a: jax.Array,
     b: jax.Array,
-    starts: jax.Array,
-    ends: jax.Array,
+    sizes: jax.Array,
+    offset: jax.Array,
     b_kn: bool,
     out_dtype: Any,
-    schedule: tuple[jax.Array, ...] | None = None,
 ) -> jax.Array:
     """``out[rows of j] = a[rows] @ B[j]`` with ``B[j] = b[j]`` read as ``[K, N]`` (``b_kn``) or
-    as the transpose of ``b[j]`` (``b`` is ``[g, N, K]``); zeros outside the groups.
-    ``schedule``: ``_plan.gmm_schedule`` of the bounds for ``spec.block_m`` (built if not given)."""
+    as the transpose of ``b[j]`` (``b`` is ``[g, N, K]``); zeros outside the groups. Local group
+    ``j`` is group ``offset[0] + j`` of ``sizes`` (``group_inputs``)."""
     m, kd = a.shape
     nd = b.shape[2] if b_kn else b.shape[1]
     s_g, s_1, s_2 = b.shape[1] * b.shape[2], b.shape[2], 1
     stride_bk, stride_bn = (s_1, s_2) if b_kn else (s_2, s_1)
-    if schedule is None:
-        schedule = gmm_schedule(starts, ends, m, spec.block_m)
-    tile_seg, tile_row, tile_end, num_entries = schedule
     tiles = max_tiles(m, spec.groups, spec.block_m) * _cdiv(nd, spec.block_n)
     (out,) = launch(
         gmm_kernel,
-        a, b, tile_seg, tile_row, tile_end, num_entries,
+        a, b, sizes, offset,
         out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
         grid=(min(spec.num_programs, tiles) if spec.num_programs else tiles,),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_gmm",
         M=m, N=nd, K=kd, stride_bg=s_g, stride_bk=stride_bk, stride_bn=stride_bn,
+        G=spec.groups,
+        S_PAD=segment_pad(spec.groups),
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
         BLOCK_K=spec.block_k,
@@ -124,7 +138,7 @@ def gmm(
     return out
 
 
-def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: jax.Array, dtype: Any) -> jax.Array:
+def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, sizes: jax.Array, offset: jax.Array, dtype: Any) -> jax.Array:
     """``drhs[j] = lhs[rows of j]ᵀ @ dout[rows of j]`` in rhs's layout (``[g, k, n]`` or ``[g, n, k]``)."""
     g, k, n = spec.groups, spec.k, spec.n
     # Output tile [block_m over k, block_n over n]; block_k rows per step.
@@ -141,13 +155,13 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: j
         s_g, s_k, s_n, s_s = k * n, n, 1, 0
     (out,) = launch(
         tgmm_kernel,
-        lhs, dout, starts, ends,
+        lhs, dout, sizes, offset,
         out_shape=[jax.ShapeDtypeStruct(shape, out_dtype)],
         grid=(g * tiles_k * tiles_n, split),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_tgmm",
-        N=n, K=k, stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
+        M=lhs.shape[0], N=n, K=k, G=g, S_PAD=segment_pad(g), stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
         SPLIT=split,
         BLOCK_M=spec.block_m,
         BLOCK_N=spec.block_n,
@@ -161,29 +175,25 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, starts: jax.Array, ends: j
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(spec: Spec, lhs, rhs, starts, ends, seg, row, end, count) -> jax.Array:
-    return gmm(spec, lhs, rhs, starts, ends, not spec.transpose_rhs, spec.out_dtype, (seg, row, end, count))
+def _core(spec: Spec, lhs, rhs, sizes, offset) -> jax.Array:
+    return gmm(spec, lhs, rhs, sizes, offset, not spec.transpose_rhs, spec.out_dtype)
 
 
-def _core_fwd(spec: Spec, lhs, rhs, starts, ends, *schedule):
-    return _core(spec, lhs, rhs, starts, ends, *schedule), (lhs, rhs, starts, ends, schedule)
+def _core_fwd(spec: Spec, lhs, rhs, sizes, offset):
+    return _core(spec, lhs, rhs, sizes, offset), (lhs, rhs, sizes, offset)
 
 
 def _core_bwd(spec: Spec, res, dout):
-    lhs, rhs, starts, ends, schedule = res
+    lhs, rhs, sizes, offset = res
     dout = dout.astype(lhs.dtype)  # the tensor-core products take one input dtype
-    # dlhs[rows of j] = dout[rows] @ rhs[j]ᵀ: rhs read as [n, k], transposed from its layout; the
-    # forward's tile schedule serves (same rows, same block_m).
-    dlhs = gmm(spec, dout, rhs, starts, ends, spec.transpose_rhs, lhs.dtype, schedule)
-    drhs = tgmm(spec, lhs, dout, starts, ends, rhs.dtype)
-    return (dlhs, drhs) + (None,) * (2 + len(schedule))
+    # dlhs[rows of j] = dout[rows] @ rhs[j]ᵀ: rhs read as [n, k], transposed from its layout.
+    dlhs = gmm(spec, dout, rhs, sizes, offset, spec.transpose_rhs, lhs.dtype)
+    drhs = tgmm(spec, lhs, dout, sizes, offset, rhs.dtype)
+    return dlhs, drhs, None, None
 
 
 _core.defvjp(_core_fwd, _core_bwd)
 
 
 def grouped_matmul(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> jax.Array:
-    spec = make_spec(a, cfg)
-    starts, ends = group_bounds(a)
-    schedule = gmm_schedule(starts, ends, a.m, spec.block_m)  # built once for the forward and dlhs
-    return merge_rows(a, _core(spec, a.lhs, a.rhs, starts, ends, *schedule))
+    return merge_rows(a, _core(make_spec(a, cfg), a.lhs, a.rhs, *group_inputs(a)))

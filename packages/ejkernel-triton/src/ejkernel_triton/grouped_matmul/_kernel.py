@@ -4,16 +4,18 @@ section 5) as Triton programs for NVIDIA GPUs.
 ``gmm_kernel``: ``out[rows of group j] = a[rows] @ b[j]`` for every local group ``j``, where ``b``
 is read through strides (``[g, K, N]`` or its transpose: the forward with ``rhs`` or ``rhsᵀ``,
 and ``dlhs = dout @ rhs[j]ᵀ``). One program computes a ``[BLOCK_M, BLOCK_N]`` tile of rows of ONE
-segment (a group, or a run of rows outside the local groups, written as zeros): the tile
-schedule (``_plan.gmm_schedule``) is built on the device from ``group_sizes`` and is at most
-``cdiv(m, BLOCK_M) + g + 2`` tiles long; programs past its end do nothing. A tile never straddles
-two groups, so each output row is written exactly once. Rows past a segment are loaded (clamped
-into ``[0, m)``: always valid memory) and dropped at the store, which keeps the loads unmasked.
-A segment's last tile runs ``TAIL_M``-row products (half a tile) when that many rows are enough:
-groups of 256 +- 16 rows (64 experts, 16384 tokens) compute ~25 % more rows than they hold with
-whole 128-row tiles, ~12 % with half tiles at the group ends (measured: ~3 % of the forward).
-With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the SM count)
-stride over the schedule's actual tiles, whose count is read on the device.
+segment (a group, or a run of rows outside the local groups, written as zeros). The tile schedule
+is computed by every program from ``group_sizes`` and ``group_offset`` (``_segments``: a prefix sum
+over at most ``S_PAD`` segments, then a one-hot lookup of the program's tile): no XLA program runs
+before the kernel (those cost ~12 us per call on an H100, 5 % of the 64-expert forward). The
+schedule is at most ``cdiv(m, BLOCK_M) + g + 2`` tiles long; programs past its end do nothing. A
+tile never straddles two groups, so each output row is written exactly once. Rows past a segment
+are loaded (clamped into ``[0, m)``: always valid memory) and dropped at the store, which keeps the
+loads unmasked. A segment's last tile runs ``TAIL_M``-row products (half a tile) when that many
+rows are enough: groups of 256 +- 16 rows (64 experts, 16384 tokens) compute ~25 % more rows than
+they hold with whole 128-row tiles, ~12 % with half tiles at the group ends (measured: ~3 % of the
+forward). With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the
+SM count) stride over the schedule's actual tiles.
 
 ``tgmm_kernel``: ``db[j] = a[rows of j]ᵀ @ dout[rows of j]`` (the rhs gradient): one program
 computes a ``[BLOCK_M, BLOCK_N]`` tile of ``db[j]`` (over ``K`` and ``N``), walking the group's
@@ -26,6 +28,52 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _segments(sizes_ptr, offset_ptr, M: tl.constexpr, G: tl.constexpr, S_PAD: tl.constexpr):
+    """The segments that cover rows ``[0, M)`` in order, as vectors over ``s < S_PAD``: ``s = 0``
+    the rows before the local groups, ``s = 1 .. G`` local group ``s - 1`` (global group
+    ``group_offset + s - 1``), ``s = G + 1`` the rows after them; larger ``s`` are empty. Returns
+    each segment's first row and end row, clamped into ``[0, M]`` (``lax.ragged_dot``'s groups
+    never reach past the rows; clamped, they cannot make a store do so either)."""
+    off = tl.load(offset_ptr)
+    base = tl.zeros((), tl.int32)  # rows of the groups before the local ones
+    for c in range(0, off, S_PAD):
+        i = c + tl.arange(0, S_PAD)
+        base += tl.sum(tl.maximum(tl.load(sizes_ptr + i, mask=i < off, other=0), 0))
+    s = tl.arange(0, S_PAD)
+    j = s - 1
+    size = tl.maximum(tl.load(sizes_ptr + off + j, mask=(j >= 0) & (j < G), other=0), 0)
+    end = base + tl.cumsum(size, 0)
+    lo = tl.where(s == 0, 0, end - size)
+    hi = tl.where(s == 0, base, tl.where(s == G + 1, M, end))
+    return tl.minimum(lo, M), tl.minimum(hi, M)
+
+
+@triton.jit
+def schedule(sizes_ptr, offset_ptr, M: tl.constexpr, G: tl.constexpr, S_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The tile schedule as vectors over the segments (``_segments``): first row, end row, first
+    schedule entry and number of ``BLOCK_M``-row entries of each."""
+    lo, hi = _segments(sizes_ptr, offset_ptr, M, G, S_PAD)
+    ntiles = (hi - lo + BLOCK_M - 1) // BLOCK_M
+    return lo, hi, tl.cumsum(ntiles, 0) - ntiles, ntiles
+
+
+@triton.jit
+def tile_of(i_t, lo, hi, first, ntiles, G: tl.constexpr, S_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Schedule entry ``i_t``: its segment (``j >= 0``: local group ``j``; ``-1``: rows outside
+    the local groups, written as zeros; ``-2``: past the schedule), its first row and its
+    segment's end row. Segment ``s`` owns entries ``[first[s], first[s] + ntiles[s])``, so at most
+    one ``s`` matches (empty segments own none)."""
+    s = tl.arange(0, S_PAD)
+    hit = (first <= i_t) & (i_t < first + ntiles)
+    seg_s = tl.sum(tl.where(hit, s, 0))
+    row0 = tl.sum(tl.where(hit, lo + (i_t - first) * BLOCK_M, 0))
+    row_end = tl.sum(tl.where(hit, hi, 0))
+    inside = (seg_s >= 1) & (seg_s <= G)
+    seg = tl.where(i_t < tl.sum(ntiles), tl.where(inside, seg_s - 1, -1), -2)
+    return seg, row0, row_end
 
 
 @triton.jit
@@ -65,9 +113,10 @@ def _gmm_rows(
 
 @triton.jit
 def _gmm_tile(
-    tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr,
+    tile, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    G: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -78,9 +127,7 @@ def _gmm_tile(
     num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
     i_t = tile // num_tiles_n
     i_n = tile % num_tiles_n
-    seg = tl.load(tile_seg_ptr + i_t)  # -2: past the schedule, -1: rows outside the groups
-    row0 = tl.load(tile_row_ptr + i_t)
-    row_end = tl.load(tile_end_ptr + i_t)
+    seg, row0, row_end = tile_of(i_t, lo, hi, first, ntiles, G, S_PAD, BLOCK_M)
     if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
         if row_end - row0 <= TAIL_M:
             _gmm_rows(
@@ -101,35 +148,37 @@ def _gmm_tile(
 
 @triton.jit
 def gmm_kernel(
-    a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, num_entries_ptr, out_ptr,
+    a_ptr, b_ptr, sizes_ptr, offset_ptr, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    G: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
     its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
-    schedule's actual tiles (its length read on the device)."""
+    schedule's actual tiles."""
     pid = tl.program_id(0)
+    lo, hi, first, ntiles = schedule(sizes_ptr, offset_ptr, M, G, S_PAD, BLOCK_M)
     if NUM_PROGRAMS == 0:
         _gmm_tile(
-            pid, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-            stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+            pid, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
+            G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
     else:
         num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-        total = tl.load(num_entries_ptr) * num_tiles_n
+        total = tl.sum(ntiles) * num_tiles_n
         for tile in range(pid, total, NUM_PROGRAMS):
             _gmm_tile(
-                tile, a_ptr, b_ptr, tile_seg_ptr, tile_row_ptr, tile_end_ptr, out_ptr, M, N, K,
-                stride_bg, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+                tile, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
+                G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
             )  # fmt: skip
 
 
 @triton.jit
 def tgmm_kernel(
-    a_ptr, d_ptr, starts_ptr, ends_ptr, out_ptr,
-    N: tl.constexpr, K: tl.constexpr,
+    a_ptr, d_ptr, sizes_ptr, offset_ptr, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, G: tl.constexpr, S_PAD: tl.constexpr,
     stride_og: tl.constexpr, stride_ok: tl.constexpr, stride_on: tl.constexpr, stride_os: tl.constexpr,
     SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -142,8 +191,10 @@ def tgmm_kernel(
     g = pid // tiles
     i_k = (pid % tiles) // num_tiles_n
     i_n = pid % num_tiles_n
-    start = tl.load(starts_ptr + g)
-    end = tl.load(ends_ptr + g)
+    lo, hi = _segments(sizes_ptr, offset_ptr, M, G, S_PAD)
+    own = tl.arange(0, S_PAD) == g + 1  # segment g + 1 is local group g
+    start = tl.sum(tl.where(own, lo, 0))
+    end = tl.sum(tl.where(own, hi, 0))
     offs_k = i_k * BLOCK_M + tl.arange(0, BLOCK_M)  # db rows: lhs columns
     offs_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, BLOCK_K)

@@ -49,15 +49,19 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     stages, measured faster on the three kernels at (16384, 2048, 1536, 64) on an H100 (H100,
     ``benchmarks/grouped_matmul_sweep.py --shapes 1``: forward 0.284 / dlhs 0.296 / tgmm 0.493
     ms against 0.293 / 0.312 / 0.580; also at (16384, 4096, 2048, 8) and (65536, 4096, 1408, 64):
-    ``results/h200/wave2/barrier-clock/``). Otherwise 128 columns, 4 stages on Hopper, 3 on
-    Ampere (less shared memory)."""
+    ``results/h200/wave2/barrier-clock/``). Those wide tiles take a 4th stage (192 KiB) when the
+    groups hold fewer than 512 rows each: each group's rhs then streams from HBM for only 2-4
+    row tiles, and a deeper pipeline hides more of that latency (H100, ``results/h200/wave2/gmm-64``:
+    forward 0.258-0.261 against 0.267-0.278 ms, ``dlhs`` 0.270-0.276 against 0.280-0.289 at
+    (16384, 2048, 1536, 64); no gain at 8 experts, 1-2 % slower with 1024 rows per group).
+    Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
     block_k = 64 if itemsize <= 2 else 32
     hopper = bool(cc) and cc[0] >= 9
     wide = hopper and block_m == 128 and itemsize <= 2
     block_n = 256 if wide else 128
-    stages = 3 if wide else 4 if hopper else 3
+    stages = (4 if rows_per_group < 512 else 3) if wide else 4 if hopper else 3
     warps = 8 if block_m == 128 and hopper else 4
     cfg = GroupedMatmulConfig(
         block_m=block_m, block_n=block_n, block_k=block_k, num_warps=warps, num_stages=stages,
@@ -74,6 +78,7 @@ _CANDIDATES = (
     (128, 128, 64, 8, 4),
     (128, 128, 64, 4, 4),
     (128, 256, 64, 8, 3),
+    (128, 256, 64, 8, 4),
     (128, 128, 64, 8, 3),  # 96 KiB: two programs per SM (one's epilogue under the other's loop)
     (64, 256, 64, 4, 4),
     (64, 128, 64, 4, 4),

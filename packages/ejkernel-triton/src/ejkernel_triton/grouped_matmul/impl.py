@@ -17,7 +17,7 @@ from . import heuristics as H
 
 class TritonGroupedMatmul(KernelImpl):
     """The grouped GEMM (forward, ``dlhs``, ``drhs``) in Triton for NVIDIA GPUs (compute
-    capability >= 8.0): a device-built tile schedule over the groups (``_plan``), ``tl.dot``
+    capability >= 8.0): a tile schedule over the groups computed by each program (``_kernel.schedule``), ``tl.dot``
     with a float32 accumulator."""
 
     version = "1"
