@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ejkernel_triton._launch import interpreted, launch
 from ejkernel_triton.grouped_matmul import TritonGroupedMatmul
-from ejkernel_triton.grouped_matmul._call import group_inputs, max_tiles, segment_pad
+from ejkernel_triton.grouped_matmul._call import group_inputs, max_tiles, row_bounds, segment_pad
 from ejkernel_triton.grouped_matmul._kernel import schedule, tile_of
 
 OP = "grouped_matmul"
@@ -92,7 +92,8 @@ _SLICES = [(s, 0, len(s)) for s in _SIZES] + [(s, 1, 2) for s in _SIZES if len(s
 @pytest.mark.parametrize("sizes,offset,local", _SLICES)
 def test_schedule_covers_every_row_once(sizes, offset, local):
     """Each row of [0, m) lies in exactly one tile, tagged with its local group (-1 outside);
-    the entries past the schedule's end are tagged -2."""
+    the entries past the schedule's end are tagged -2; the group bounds tgmm reads are the
+    cumsum's, clamped to m."""
     m, bm = 120, 16
     cum = np.minimum(np.concatenate([[0], np.cumsum(sizes)]), m)
     starts, ends = cum[offset : offset + local], cum[offset + 1 : offset + local + 1]
@@ -114,6 +115,9 @@ def test_schedule_covers_every_row_once(sizes, offset, local):
         BLOCK_M=bm,
     )
     seg, row0, end = (np.asarray(x) for x in outs)
+    g_starts, g_ends = (np.asarray(x) for x in row_bounds(m, local, group_sizes, group_offset))
+    np.testing.assert_array_equal(g_starts, starts)  # what tgmm reads
+    np.testing.assert_array_equal(g_ends, ends)
     count = int((seg > -2).sum())
     assert (seg[:count] > -2).all() and (seg[count:] == -2).all()
     owner = np.full(m, -9)

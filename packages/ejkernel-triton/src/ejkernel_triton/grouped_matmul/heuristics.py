@@ -51,9 +51,10 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     ms against 0.293 / 0.312 / 0.580; also at (16384, 4096, 2048, 8) and (65536, 4096, 1408, 64):
     ``results/h200/wave2/barrier-clock/``). Those wide tiles take a 4th stage (192 KiB) when the
     groups hold fewer than 512 rows each: each group's rhs then streams from HBM for only 2-4
-    row tiles, and a deeper pipeline hides more of that latency (H100, ``results/h200/wave2/gmm-64``:
-    forward 0.258-0.261 against 0.267-0.278 ms, ``dlhs`` 0.270-0.276 against 0.280-0.289 at
-    (16384, 2048, 1536, 64); no gain at 8 experts, 1-2 % slower with 1024 rows per group).
+    row tiles, and a deeper pipeline hides more of that latency (H100 at (16384, 2048, 1536, 64),
+    ``results/h200/wave2/gmm-schedule`` call 23: forward 0.241 against 0.256 ms, ``dlhs`` 0.240
+    against 0.260, ``tgmm`` 0.387 against 0.380; ``gmm-64``: no gain at 8 experts, 1-2 % slower
+    with 1024 rows per group).
     Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
