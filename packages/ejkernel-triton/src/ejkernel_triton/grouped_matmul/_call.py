@@ -45,7 +45,8 @@ def segment_pad(groups: int) -> int:
 
 def group_inputs(a: GroupedMatmulArgs) -> tuple[jax.Array, jax.Array]:
     """What the kernels read of the groups: ``group_sizes`` (int32, all of them) and
-    ``group_offset`` as a ``[1]`` array; each program builds the row bounds from them."""
+    ``group_offset`` as a ``[1]`` array. ``gmm_kernel``'s programs build the tile schedule from
+    them; ``tgmm`` reads bounds that ``row_bounds`` builds from them."""
     return a.group_sizes.astype(jnp.int32), jnp.reshape(a.group_offset, (1,)).astype(jnp.int32)
 
 
