@@ -13,7 +13,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests", "compat", "packaging", "docs"]
+nox.options.sessions = ["lint", "tests", "compat", "triton_interpret", "packaging", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
@@ -158,23 +158,27 @@ def packaging(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def triton_interpret(session: nox.Session) -> None:
-    """The Triton kernels and their host wrappers on the CPU, in Triton's interpreter.
+    """The Triton kernels and their host wrappers on the CPU, in Triton's interpreter (in CI: no
+    other session runs the Triton kernels; ~9 minutes on 2 cores).
 
     Needs a CPU build of PyTorch (the interpreter takes torch tensors): ``torch==2.13.0`` as this
     workplace's machines carry it for Python 3.11. NumPy stays below 2.3, whose stricter scalar
     conversion the Triton 3.6 interpreter trips over.
     """
-    session.install(*JAX_OLDEST, "torch==2.13.0", "numpy<2.3", "pytest", "-e", "packages/ejkernel-core")
+    session.install(*JAX_OLDEST, "torch==2.13.0", "numpy<2.3", "pytest", "pytest-xdist", "-e", "packages/ejkernel-core")
     session.install("--no-deps", "-e", "packages/ejkernel-xla", "-e", "packages/ejkernel-triton", "triton==3.6.0")
     session.run(
         "pytest",
         "-p",
         "no:cacheprovider",
         "-q",
+        "-n",
+        _workers(),
         "-W",
         "ignore::DeprecationWarning:triton.runtime.interpreter",
         "packages/ejkernel-triton/tests",
         env={"TRITON_INTERPRET": "1"},
+        success_codes=PYTEST_OK,
     )
 
 

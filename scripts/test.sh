@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the test suite the way CI does, on a fresh machine: lint, the suite on Python 3.12 +
-# jax 0.11.2, the suite on Python 3.11 + jax 0.10.2, and the wheel/install smoke test.
+# jax 0.11.2, the suite on Python 3.11 + jax 0.10.2, the Triton kernels in Triton's interpreter,
+# the wheel/install smoke test and the docs build.
 # Extra arguments are nox arguments, e.g. `bash scripts/test.sh -s tests -- -k mask_info`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
