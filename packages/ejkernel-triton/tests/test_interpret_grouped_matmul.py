@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ejkernel_triton._launch import interpreted, launch
 from ejkernel_triton.grouped_matmul import TritonGroupedMatmul
-from ejkernel_triton.grouped_matmul._call import group_inputs, max_tiles, row_bounds, segment_pad
+from ejkernel_triton.grouped_matmul._call import max_tiles, row_bounds, segment_pad
 from ejkernel_triton.grouped_matmul._kernel import schedule, tile_of
 
 OP = "grouped_matmul"
@@ -98,9 +98,10 @@ def test_schedule_covers_every_row_once(sizes, offset, local):
     cum = np.minimum(np.concatenate([[0], np.cumsum(sizes)]), m)
     starts, ends = cum[offset : offset + local], cum[offset + 1 : offset + local + 1]
     entries = max_tiles(m, local, bm)
-    group_sizes, group_offset = group_inputs(
-        type("A", (), {"group_sizes": jnp.asarray(sizes, jnp.int32), "group_offset": jnp.int32(offset)})
-    )
+    group_sizes, group_offset = (
+        jnp.asarray(sizes, jnp.int32),
+        jnp.full((1,), offset, jnp.int32),
+    )  # as group_inputs gives
     outs = launch(
         _schedule_probe,
         group_sizes,
