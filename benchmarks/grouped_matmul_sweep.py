@@ -61,6 +61,13 @@ GMM_CFGS = [
     (64, 256, 128, 4, 2, 1, False),
     (64, 256, 64, 4, 4, 1, False, 0),
     (64, 256, 64, 8, 4, 1, False),
+    # 256-row tiles, 128 columns: a group of <= 256 rows is one row tile, so its rhs column block
+    # crosses L2 once instead of 2-3 times (lhs twice as often); 64- or 128-row tails. H200,
+    # results/h200/wave2/gmm-schedule call 29: forward 0.242-0.256 ms against 0.220 for 1, slower
+    # at 8 experts and at 65536 rows too.
+    (256, 128, 64, 8, 3, 1, False, 64),
+    (256, 128, 64, 8, 4, 1, False, 64),
+    (256, 128, 64, 8, 4, 1, False),
 ]
 # tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
 # so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
@@ -75,6 +82,8 @@ TGMM_CFGS = [
     (128, 256, 128, 8, 2, 1, False),
     (128, 128, 64, 8, 4, 2, False),
     (64, 256, 64, 4, 4, 1, False),
+    (256, 128, 64, 8, 3, 1, False),
+    (256, 128, 64, 8, 4, 1, False),
 ]
 
 

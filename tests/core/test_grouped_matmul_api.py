@@ -125,6 +125,11 @@ def test_config_and_dispatch(arrays):
     lhs, rhs, sizes = arrays
     with pytest.raises(ValueError, match="power of two"):
         GroupedMatmulConfig(block_m=96)
+    with pytest.raises(ValueError, match="tgmm_num_stages must be positive"):
+        GroupedMatmulConfig(tgmm_num_stages=0)
+    cfg = GroupedMatmulConfig(block_m=128, num_stages=4, tgmm_num_stages=3)
+    assert GroupedMatmulConfig.from_dict(cfg.to_dict()) == cfg
+    assert GroupedMatmulConfig.from_dict({"block_m": 128}).tgmm_num_stages is None  # caches written before it
     with record_dispatches() as log:
         ejkernel.grouped_matmul(lhs, rhs, sizes, platform="xla")
     assert log[0].op == "grouped_matmul" and log[0].impl == "xla"

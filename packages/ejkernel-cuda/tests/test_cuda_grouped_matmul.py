@@ -114,6 +114,8 @@ def test_configs():
         H.config_index(GroupedMatmulConfig(block_m=64, block_n=128, block_k=64))
     with pytest.raises(ValueError, match="num_stages is fixed by the compiled kernels"):
         H.config_index(GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, num_stages=3))
+    with pytest.raises(ValueError, match="tgmm_num_stages is fixed by the compiled kernels"):
+        H.config_index(GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, tgmm_num_stages=3))
     with pytest.raises(ValueError, match="split_k is fixed"):
         _impl().validate_cfg(GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, split_k=2), None, H200)
 

@@ -148,3 +148,54 @@ def test_half_tiles_at_group_ends():
         "half-tiles", m=700, k=32, n=24, group_sizes=(129, 64, 0, 193, 256, 1, 40), dtype="float16"
     )
     assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
+
+
+def test_tgmm_runs_its_own_pipeline_depth(monkeypatch):
+    """``tgmm_num_stages`` reaches the ``drhs`` launch and no other (results checked against the
+    reference); a spec without it runs ``tgmm`` at ``num_stages``."""
+    from ejkernel_triton.grouped_matmul import _call
+
+    seen: list[tuple[str, int]] = []
+
+    def spy(kernel, *args, name="", num_stages, **kw):
+        seen.append((name, num_stages))
+        return launch(kernel, *args, name=name, num_stages=num_stages, **kw)
+
+    monkeypatch.setattr(_call, "launch", spy)
+    case = GroupedMatmulCase("stages", m=100, k=32, n=24, group_sizes=(40, 0, 50), dtype="float16")
+    cfg = GroupedMatmulConfig(
+        block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, tgmm_num_stages=2, split_k=1
+    )
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
+    assert {s for n, s in seen if n == "ejkernel_tgmm"} == {2}
+    assert {s for n, s in seen if n == "ejkernel_gmm"} == {1}  # forward and dlhs
+
+    seen.clear()
+    spec = _call.Spec(100, 32, 24, 3, False, "float16", "default", 16, 16, 16, 4, 1, 1, 0)
+    assert spec.tgmm_stages is None
+    k1, k2 = jax.random.split(jax.random.key(0))
+    lhs, dout = jax.random.normal(k1, (100, 32), jnp.float16), jax.random.normal(k2, (100, 24), jnp.float16)
+    _call.tgmm(spec, lhs, dout, jnp.asarray([40, 0, 50], jnp.int32), jnp.zeros((1,), jnp.int32), jnp.float16)
+    assert {s for n, s in seen if n == "ejkernel_tgmm"} == {1}
+
+
+def test_heuristic_stage_depths():
+    """On Hopper, wide 16-bit tiles run a 4-stage gmm with groups under 512 rows and a 3-stage
+    tgmm (``heuristics.heuristic``); every config fits its shared memory at both depths."""
+    from ejkernel_triton.grouped_matmul import heuristics as H
+
+    hopper = (9, 0)
+    cfg = H.heuristic(16384, 2048, 1536, 64, 2, hopper)
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages) == (128, 256, 4, 3)
+    # One depth for both (None: tgmm runs num_stages, also in the configs filled from these).
+    cfg = H.heuristic(16384, 4096, 2048, 8, 2, hopper)
+    assert (cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages) == (256, 3, None)
+    cfg = H.heuristic(16384, 2048, 1536, 64, 4, hopper)  # float32: 128 columns
+    assert (cfg.block_n, cfg.tgmm_num_stages) == (128, None)
+    for cc in (hopper, (8, 0), None):
+        for itemsize in (2, 4):
+            for cand in H.candidates(16384, 2048, 1536, 64, itemsize, cc):
+                full = cand.filled_from(H.heuristic(16384, 2048, 1536, 64, itemsize, cc))
+                assert H.smem_bytes(full, itemsize) <= H.smem_limit(cc), (cc, itemsize, full)
+    wide = GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tgmm_num_stages=4)
+    assert H.smem_bytes(wide, 2) == 4 * 384 * 64 * 2  # the deeper of the two pipelines

@@ -4,7 +4,7 @@ Each config is one compiled kernel family of ``csrc/grouped_matmul/gmm_sm90.cuh`
 the FFI's ``config`` attribute), named here by its CTA tile: ``block_m`` x ``block_n`` x
 ``block_k``. The kernels are warp-specialized (a TMA producer warpgroup and two consumer
 warpgroups: 12 warps) and persistent, with as many pipeline stages as shared memory holds
-(CUTLASS's choice): a config leaves ``num_warps`` and ``num_stages`` ``None``.
+(CUTLASS's choice): a config leaves ``num_warps``, ``num_stages`` and ``tgmm_num_stages`` ``None``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ALIGN = 8  # k and n in elements: TMA needs 16-byte rows
 
 def config_index(cfg: GroupedMatmulConfig) -> int:
     """The FFI's config index of ``cfg``; ``ValueError`` for what no compiled kernel runs."""
-    fixed = {"num_warps": None, "num_stages": None, "split_k": 1, "persistent": True}
+    fixed = {"num_warps": None, "num_stages": None, "tgmm_num_stages": None, "split_k": 1, "persistent": True}
     for name, want in fixed.items():
         got = getattr(cfg, name)
         if got is not None and got != want:

@@ -89,6 +89,7 @@ class Spec:
     split_k: int
     num_programs: int  # persistent gmm grid (0: one program per tile)
     tail_m: int = 0  # rows of a segment's last tile when that is enough (0: whole tiles only)
+    tgmm_stages: int | None = None  # tgmm's pipeline depth (None: num_stages)
 
     def dot_precision(self, dtype: Any) -> str:
         return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
@@ -116,7 +117,7 @@ def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
         m=a.m, k=a.k, n=a.n, groups=a.groups, transpose_rhs=a.transpose_rhs, out_dtype=a.preferred_element_type,
         precision=a.precision, block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, split_k=cfg.split_k, num_programs=programs,
-        tail_m=tail_rows(cfg.block_m),
+        tail_m=tail_rows(cfg.block_m), tgmm_stages=cfg.tgmm_num_stages,
     )  # fmt: skip
 
 
@@ -181,7 +182,7 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, sizes: jax.Array, offset: 
         out_shape=[jax.ShapeDtypeStruct(shape, out_dtype)],
         grid=(g * tiles_k * tiles_n, split),
         num_warps=spec.num_warps,
-        num_stages=spec.num_stages,
+        num_stages=spec.tgmm_stages or spec.num_stages,
         name="ejkernel_tgmm",
         N=n, K=k, stride_og=s_g, stride_ok=s_k, stride_on=s_n, stride_os=s_s,
         SPLIT=split,

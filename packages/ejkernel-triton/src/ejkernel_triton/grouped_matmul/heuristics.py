@@ -18,9 +18,11 @@ def smem_limit(cc: tuple[int, int] | None) -> int:
 
 
 def smem_bytes(cfg: GroupedMatmulConfig, itemsize: int) -> int:
-    """Shared memory of the software pipeline: ``num_stages`` copies of the A and B tiles."""
+    """Shared memory of the deeper of the two software pipelines (``num_stages`` for ``gmm``,
+    ``tgmm_num_stages`` for ``tgmm``): that many copies of the A and B tiles."""
     assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_stages
-    return cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    stages = max(cfg.num_stages, cfg.tgmm_num_stages or 0)
+    return stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
 
 
 # Programs that fill an H100/H200 (132 SMs) twice over.
@@ -54,7 +56,10 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     row tiles, and a deeper pipeline hides more of that latency (H100 at (16384, 2048, 1536, 64),
     ``results/h200/wave2/gmm-schedule`` call 23: forward 0.241 against 0.256 ms, ``dlhs`` 0.240
     against 0.260, ``tgmm`` 0.387 against 0.380; ``gmm-64``: no gain at 8 experts, 1-2 % slower
-    with 1024 rows per group).
+    with 1024 rows per group). ``tgmm`` keeps 3 stages there (``tgmm_num_stages``): its programs
+    reduce one group's ~256 rows in 4-5 steps, too few for a 4th stage to pay for its prologue
+    (same shape, ``results/h200/wave2/gmm-schedule``: H200 0.346 against 0.361 ms, call 29; H100
+    0.380 against 0.387, call 23).
     Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
@@ -66,10 +71,13 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     warps = 8 if block_m == 128 and hopper else 4
     cfg = GroupedMatmulConfig(
         block_m=block_m, block_n=block_n, block_k=block_k, num_warps=warps, num_stages=stages,
+        tgmm_num_stages=3 if wide and stages > 3 else None,  # None: num_stages (also in configs filled from this)
         split_k=tgmm_split(m, k, n, groups, block_m, block_n, block_k), persistent=False,
     )  # fmt: skip
     while smem_bytes(cfg, itemsize) > smem_limit(cc) and cfg.num_stages > 1:
-        cfg = GroupedMatmulConfig(**{**cfg.tuning_fields(), "num_stages": cfg.num_stages - 1})
+        fewer = cfg.num_stages - 1
+        tgmm = min(fewer, cfg.tgmm_num_stages) if cfg.tgmm_num_stages else None
+        cfg = GroupedMatmulConfig(**{**cfg.tuning_fields(), "num_stages": fewer, "tgmm_num_stages": tgmm})
     return cfg
 
 

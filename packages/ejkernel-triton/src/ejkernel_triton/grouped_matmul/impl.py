@@ -23,10 +23,11 @@ class TritonGroupedMatmul(KernelImpl):
     version = "1"
     device_requirement = "an NVIDIA GPU"
     dtypes = ("float16", "bfloat16", "float32")
-    # Small tiles and a split drhs reduction: several tiles per group on the small cases.
+    # Small tiles and a split drhs reduction: several tiles per group on the small cases; drhs
+    # with its own pipeline depth.
     test_configs: ClassVar[Mapping[str, OpConfig]] = {
         "tiles32-split2-persistent": GroupedMatmulConfig(
-            block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2, split_k=2, persistent=True
+            block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2, tgmm_num_stages=3, split_k=2, persistent=True
         )
     }
 

@@ -53,6 +53,10 @@ class GroupedMatmulConfig(OpConfig):
         block_k: depth of one step of the reduction.
         num_warps: warps per program (GPU kernels).
         num_stages: software-pipelining depth (GPU kernels).
+        tgmm_num_stages: pipelining depth of the transposed product (``drhs``) when it should
+            differ from ``num_stages`` (``None``: the implementation's choice, else
+            ``num_stages``): its programs reduce only one group's rows, a few steps each with
+            small groups, where a shallower pipeline can be the faster one.
         split_k: the transposed product (``drhs``, summed over a group's rows) split over this
             many row chunks reduced in float32 afterwards (``1``: no split); helps when few
             groups are large.
@@ -67,6 +71,7 @@ class GroupedMatmulConfig(OpConfig):
     block_k: int | None = tile(power_of_two=True)
     num_warps: int | None = tile(power_of_two=True, maximum=32)
     num_stages: int | None = tile()
+    tgmm_num_stages: int | None = tile()
     split_k: int | None = tile()
     persistent: bool | None = None
     bypass_xla_tiling: bool = False
