@@ -75,6 +75,23 @@ def test_plan_covers_every_row_once():
         np.testing.assert_array_equal(np.flatnonzero(item_seq == s), np.arange(first[s], first[s] + count[s]))
 
 
+@pytest.mark.parametrize("num_seqs", [1, 64, 3000])
+def test_plan_is_straight_line(num_seqs):
+    """The plan runs before every call: no while loop in its compiled program (one would cost a
+    few kernel launches per iteration on a GPU), and the same items as the default search."""
+    rng = np.random.default_rng(num_seqs)
+    tokens = 262144
+    cu = jnp.asarray(np.concatenate([[0], np.sort(rng.integers(0, tokens, num_seqs))]), jnp.int32)
+    plan_fn = jax.jit(make_plan, static_argnums=(1, 2))
+    assert " while(" not in plan_fn.lower(cu, tokens, 1024).compile().as_text()
+    plan = plan_fn(cu, tokens, 1024)
+    pieces = np.asarray(plan.seq_items)
+    ends = np.cumsum(np.concatenate([pieces, [-(-(tokens - int(cu[-1])) // 1024)]]))
+    used = np.arange(plan.item_seq.shape[0]) < ends[-1]
+    want = np.searchsorted(ends, np.arange(plan.item_seq.shape[0]), side="right")
+    np.testing.assert_array_equal(np.asarray(plan.item_seq)[used], want[used])
+
+
 def test_empty_tokens_and_all_empty_sequences():
     cfg = CONFIGS["t8-d16-split16"]
     x = jnp.zeros((0, 24), jnp.float32)
