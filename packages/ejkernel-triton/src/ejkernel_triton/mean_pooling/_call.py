@@ -56,19 +56,18 @@ def _forward(spec: Spec, x: jax.Array, mask: jax.Array | None, plan: Plan, count
         HAS_MASK=spec.has_mask,
     )  # fmt: skip
     # Second pass: each sequence's items are consecutive, added in order (the tail's and unused
-    # items, of sequence num_seqs, are never read).
-    (sums,) = launch(
+    # items, of sequence num_seqs, are never read), divided by the sequence's rows in the kernel.
+    (out,) = launch(
         mean_pool_combine_kernel,
-        part, plan.seq_first, plan.seq_items, spec.hidden,
-        out_shape=[jax.ShapeDtypeStruct((spec.num_seqs, spec.hidden), F32)],
+        part, plan.seq_first, plan.seq_items, counts.astype(jnp.int32), spec.hidden,
+        out_shape=[jax.ShapeDtypeStruct((spec.num_seqs, spec.hidden), x.dtype)],
         grid=(spec.num_seqs, _cdiv(spec.hidden, spec.block_d)),
         num_warps=spec.num_warps,
         num_stages=1,
         name="ejkernel_mean_pool_combine",
         BLOCK_D=spec.block_d,
     )  # fmt: skip
-    c = counts.astype(F32)[:, None]
-    return jnp.where(c > 0, sums / jnp.maximum(c, 1.0), 0.0).astype(x.dtype)
+    return out
 
 
 def _backward(spec: Spec, dout: jax.Array, mask: jax.Array | None, plan: Plan, counts: jax.Array, dtype) -> jax.Array:

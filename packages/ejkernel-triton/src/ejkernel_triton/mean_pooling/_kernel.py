@@ -4,7 +4,7 @@ Work is a list of items (``_plan.py``): item ``i`` owns rows ``[lo_i, hi_i)`` of
 long sequence is cut into several items so that every SM has work); a program owns one item and
 ``BLOCK_D`` hidden columns. The forward writes each item's float32 partial sums; a small second
 kernel adds the partials of each sequence in item order (deterministic: no atomics, unlike an
-XLA scatter-add on the GPU). The backward writes, for every
+XLA scatter-add on the GPU) and writes the means in ``x``'s dtype. The backward writes, for every
 row of an item, ``g[seq]`` (= ``dout / count``) where the row counts and 0 elsewhere; the plan
 also covers rows outside every sequence (item of sequence ``num_seqs``), so every row of ``dx``
 is written exactly once.
@@ -65,22 +65,25 @@ def mean_pool_combine_kernel(
     part_ptr,  # [items, hidden] float32
     seq_first_ptr,  # [num_seqs] int32
     seq_items_ptr,  # [num_seqs] int32
+    counts_ptr,  # [num_seqs] int32: rows that count in each sequence
     hidden,
-    sums_ptr,  # out: [num_seqs, hidden] float32
+    out_ptr,  # out: [num_seqs, hidden] in x's dtype: the means (zeros for sequences with no rows)
     BLOCK_D: tl.constexpr,
 ):
     i_s = tl.program_id(0)
     i_d = tl.program_id(1)
     first = tl.load(seq_first_ptr + i_s)
-    count = tl.load(seq_items_ptr + i_s)
+    n_items = tl.load(seq_items_ptr + i_s)
+    rows = tl.load(counts_ptr + i_s).to(tl.float32)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < hidden
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     p_part = part_ptr + first.to(tl.int64) * hidden + o_d
-    for _ in range(0, count):
+    for _ in range(0, n_items):
         acc += tl.load(p_part, mask=m_d, other=0.0)
         p_part += hidden
-    tl.store(sums_ptr + i_s.to(tl.int64) * hidden + o_d, acc, mask=m_d)
+    mean = tl.where(rows > 0, acc / tl.maximum(rows, 1.0), 0.0)
+    tl.store(out_ptr + i_s.to(tl.int64) * hidden + o_d, mean.to(out_ptr.dtype.element_ty), mask=m_d)
 
 
 @triton.jit
