@@ -2,6 +2,10 @@
 config, then a table), to pick the heuristics' tiles.
 
     python3 benchmarks/pool_ssm1/sweep.py --out sweep.jsonl [--quick]
+    python3 benchmarks/pool_ssm1/sweep.py --only pool --pool-cfgs "32,128,1024,2,3;16,128,1024,2,3" --out F
+
+``--pool-cfgs`` times the heuristic and the configs given (``block_size,block_dim,split_size,
+num_warps,num_stages``; ``;`` between configs) instead of the built-in grid.
 
 CPU check of the script: ``python benchmarks/pool_ssm1/sweep.py --tiny --platform xla --out /tmp/s.jsonl``
 (tiny shapes, two configs each; the XLA path reads only the chunk length).
@@ -29,7 +33,7 @@ from ejkernel.ops.state_space_v1.bench import ssm1_inputs
 from ejkernel.ops.timing import device_ms, measure_copy_gbps
 
 
-def pool_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False) -> None:
+def pool_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False, only: str | None = None) -> None:
     tokens, hidden = (4096, 256) if tiny else (262144, 4096)
     x = jax.random.normal(jax.random.key(0), (tokens, hidden), jnp.bfloat16)
     rng = np.random.default_rng(0)
@@ -44,7 +48,9 @@ def pool_sweep(quick: bool, out, platform: str = "triton", tiny: bool = False) -
         (16, 256, 2048, 4, 4), (32, 256, 1024, 4, 3), (32, 256, 4096, 4, 3), (32, 256, 8192, 4, 3),
         (8, 256, 2048, 4, 4), (16, 128, 2048, 2, 4), (64, 256, 4096, 8, 2), (32, 256, 2048, 4, 2),
     ]  # fmt: skip
-    if not quick:
+    if only:
+        grid = [tuple(int(v) for v in c.split(",")) for c in only.split(";")]
+    elif not quick:
         grid += [(t, d, sp, w, st) for t in (16, 32, 64) for d in (128, 256, 512) for sp in (1024, 4096)
                  for w in (4, 8) for st in (2, 3, 4) if t * d <= 32768]  # fmt: skip
     cfgs = [
@@ -109,10 +115,11 @@ if __name__ == "__main__":
     p.add_argument("--only", choices=("pool", "ssm"))
     p.add_argument("--platform", default="triton", help="implementation (xla: a CPU check of the script)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, two configs each (CPU check)")
+    p.add_argument("--pool-cfgs", help="mean_pooling configs to time instead of the grid: t,d,split,warps,stages;...")
     ns = p.parse_args()
     print(jax.devices(), file=sys.stderr)
     with open(ns.out, "a") as f:
         if ns.only in (None, "pool"):
-            pool_sweep(ns.quick, f, ns.platform, ns.tiny)
+            pool_sweep(ns.quick, f, ns.platform, ns.tiny, ns.pool_cfgs)
         if ns.only in (None, "ssm"):
             ssm_sweep(ns.quick, f, ns.platform, ns.tiny)
