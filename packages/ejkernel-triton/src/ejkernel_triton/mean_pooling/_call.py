@@ -45,12 +45,13 @@ def _forward(spec: Spec, x: jax.Array, mask: jax.Array | None, plan: Plan, count
     items = plan.item_seq.shape[0]
     (part,) = launch(
         mean_pool_fwd_kernel,
-        x, plan.item_seq, plan.item_lo, plan.item_hi, _mask_arg(mask), spec.num_seqs, spec.hidden,
+        x, plan.item_seq, plan.item_lo, plan.item_hi, _mask_arg(mask), spec.num_seqs,
         out_shape=[jax.ShapeDtypeStruct((items, spec.hidden), F32)],
         grid=(items * _cdiv(spec.hidden, spec.block_d),),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_mean_pool_fwd",
+        HIDDEN=spec.hidden,
         BLOCK_T=spec.block_t,
         BLOCK_D=spec.block_d,
         HAS_MASK=spec.has_mask,
@@ -59,12 +60,13 @@ def _forward(spec: Spec, x: jax.Array, mask: jax.Array | None, plan: Plan, count
     # items, of sequence num_seqs, are never read), divided by the sequence's rows in the kernel.
     (out,) = launch(
         mean_pool_combine_kernel,
-        part, plan.seq_first, plan.seq_items, counts.astype(jnp.int32), spec.hidden,
+        part, plan.seq_first, plan.seq_items, counts.astype(jnp.int32),
         out_shape=[jax.ShapeDtypeStruct((spec.num_seqs, spec.hidden), x.dtype)],
         grid=(spec.num_seqs, _cdiv(spec.hidden, spec.block_d)),
         num_warps=spec.num_warps,
         num_stages=1,
         name="ejkernel_mean_pool_combine",
+        HIDDEN=spec.hidden,
         BLOCK_D=spec.block_d,
     )  # fmt: skip
     return out
@@ -76,12 +78,13 @@ def _backward(spec: Spec, dout: jax.Array, mask: jax.Array | None, plan: Plan, c
     items = plan.item_seq.shape[0]
     (dx,) = launch(
         mean_pool_bwd_kernel,
-        g, plan.item_seq, plan.item_lo, plan.item_hi, _mask_arg(mask), spec.num_seqs, spec.hidden,
+        g, plan.item_seq, plan.item_lo, plan.item_hi, _mask_arg(mask), spec.num_seqs,
         out_shape=[jax.ShapeDtypeStruct((spec.tokens, spec.hidden), dtype)],
         grid=(items * _cdiv(spec.hidden, spec.block_d),),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_mean_pool_bwd",
+        HIDDEN=spec.hidden,
         BLOCK_T=spec.block_t,
         BLOCK_D=spec.block_d,
         HAS_MASK=spec.has_mask,
