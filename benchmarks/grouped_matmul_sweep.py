@@ -68,6 +68,10 @@ GMM_CFGS = [
     (256, 128, 64, 8, 3, 1, False, 64),
     (256, 128, 64, 8, 4, 1, False, 64),
     (256, 128, 64, 8, 4, 1, False),
+    # The persistent grid (whole tiles, the tile loop flattened into the k loop: the next tile's
+    # loads under this tile's epilogue), one program per SM.
+    (128, 256, 64, 8, 3, 1, True),
+    (128, 256, 64, 8, 4, 1, True),
 ]
 # tgmm: a program reduces one group's rows (256 +- 16 rows: 4 steps of 64 on the 64-expert shape),
 # so fewer stages (less shared memory: 2-3 programs per SM) may beat a deeper pipeline.
@@ -135,7 +139,7 @@ def sweep(ns: argparse.Namespace, shapes: list[tuple]) -> None:
                 picked = [cfgs[int(i)] for i in ns.only.split(",") if int(i) < len(cfgs)]
             for c in picked:
                 bm, bn, bk, w, s, split, persistent = c[:7]
-                tail = c[7] if len(c) > 7 and c[7] is not None else tail_rows(bm)
+                tail = c[7] if len(c) > 7 and c[7] is not None else 0 if persistent else tail_rows(bm)
                 cfg = GroupedMatmulConfig(
                     block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent
                 )

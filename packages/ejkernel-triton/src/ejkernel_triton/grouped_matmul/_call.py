@@ -117,7 +117,7 @@ def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
         m=a.m, k=a.k, n=a.n, groups=a.groups, transpose_rhs=a.transpose_rhs, out_dtype=a.preferred_element_type,
         precision=a.precision, block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, split_k=cfg.split_k, num_programs=programs,
-        tail_m=tail_rows(cfg.block_m), tgmm_stages=cfg.tgmm_num_stages,
+        tail_m=0 if programs else tail_rows(cfg.block_m), tgmm_stages=cfg.tgmm_num_stages,
     )  # fmt: skip
 
 

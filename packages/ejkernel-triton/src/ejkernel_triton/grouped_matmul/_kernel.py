@@ -15,7 +15,9 @@ loads unmasked. A segment's last tile runs ``TAIL_M``-row products (half a tile)
 rows are enough: groups of 256 +- 16 rows (64 experts, 16384 tokens) compute ~25 % more rows than
 they hold with whole 128-row tiles, ~12 % with half tiles at the group ends (measured: ~3 % of the
 forward). With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the
-SM count) stride over the schedule's actual tiles.
+SM count) write the rows outside the groups, then stride over the groups' whole tiles in one loop
+flattened with the k loop, so the next tile's loads overlap this tile's epilogue
+(``_gmm_persistent``).
 
 ``tgmm_kernel``: ``db[j] = a[rows of j]ᵀ @ dout[rows of j]`` (the rhs gradient): one program
 computes a ``[BLOCK_M, BLOCK_N]`` tile of ``db[j]`` (over ``K`` and ``N``), walking the group's
@@ -163,6 +165,71 @@ def _gmm_tile(
 
 
 @triton.jit
+def _gmm_zero_rows(
+    pid, lo, hi, out_ptr, M: tl.constexpr, N: tl.constexpr, G: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):  # fmt: skip
+    """Zeros in the rows outside the local groups (segments ``0`` and ``G + 1``), no product."""
+    s = tl.arange(0, S_PAD)
+    outside = (s == 0) | (s == G + 1)
+    ntiles = tl.where(outside, (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)
+    first = tl.cumsum(ntiles, 0) - ntiles
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    for tile in range(pid, tl.sum(ntiles) * num_tiles_n, NUM_PROGRAMS):
+        _, row0, row_end = tile_of(tile // num_tiles_n, lo, hi, first, ntiles, G, S_PAD, BLOCK_M)
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        offs_n = (tile % num_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
+        zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=out_ptr.dtype.element_ty)
+        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], zeros, mask=m_store)
+
+
+@triton.jit
+def _gmm_persistent(
+    pid, a_ptr, b_ptr, lo, hi, out_ptr,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
+    G: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):  # fmt: skip
+    """The persistent grid: the zero rows, then the groups' ``BLOCK_M``-row tiles (whole tiles:
+    no half tiles at the group ends), ``NUM_PROGRAMS`` programs striding over them. The tile loop
+    is flattened into the k loop (``tl.range(..., flatten=True)``, Triton's persistent matmul),
+    so the software pipeline loads the next tile's first k steps during this tile's epilogue;
+    that needs a k loop of the same length in every tile, hence the zero rows' separate loop."""
+    _gmm_zero_rows(pid, lo, hi, out_ptr, M, N, G, S_PAD, BLOCK_M, BLOCK_N, NUM_PROGRAMS)
+    s = tl.arange(0, S_PAD)
+    ntiles = tl.where((s >= 1) & (s <= G), (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)
+    first = tl.cumsum(ntiles, 0) - ntiles
+    num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    offs_k = tl.arange(0, BLOCK_K)
+    for tile in tl.range(pid, tl.sum(ntiles) * num_tiles_n, NUM_PROGRAMS, flatten=True):
+        seg, row0, row_end = tile_of(tile // num_tiles_n, lo, hi, first, ntiles, G, S_PAD, BLOCK_M)
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        offs_n = (tile % num_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = (offs_m % M).to(tl.int64)  # rows of the next segment: valid memory, never stored
+        cols = offs_n % N
+        p_a = a_ptr + rows[:, None] * K + offs_k[None, :]
+        p_b = b_ptr + seg.to(tl.int64) * stride_bg + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                b_a = tl.load(p_a)
+                b_b = tl.load(p_b)
+            else:
+                in_k = (k0 + offs_k) < K
+                b_a = tl.load(p_a, mask=in_k[None, :], other=0.0)
+                b_b = tl.load(p_b, mask=in_k[:, None], other=0.0)
+            acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
+            p_a += BLOCK_K
+            p_b += BLOCK_K * stride_bk
+        m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
+        p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store)
+
+
+@triton.jit
 def gmm_kernel(
     a_ptr, b_ptr, sizes_ptr, offset_ptr, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -172,23 +239,21 @@ def gmm_kernel(
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
-    its end store nothing). Else persistent: ``NUM_PROGRAMS`` programs stride over the
-    schedule's actual tiles."""
+    its end store nothing). Else persistent (``_gmm_persistent``): ``NUM_PROGRAMS`` programs
+    stride over the schedule's actual tiles."""
     pid = tl.program_id(0)
-    lo, hi, first, ntiles = schedule(sizes_ptr, offset_ptr, M, G, S_PAD, BLOCK_M)
     if NUM_PROGRAMS == 0:
+        lo, hi, first, ntiles = schedule(sizes_ptr, offset_ptr, M, G, S_PAD, BLOCK_M)
         _gmm_tile(
             pid, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
             G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
         )  # fmt: skip
     else:
-        num_tiles_n: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
-        total = tl.sum(ntiles) * num_tiles_n
-        for tile in range(pid, total, NUM_PROGRAMS):
-            _gmm_tile(
-                tile, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
-                G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
-            )  # fmt: skip
+        lo, hi = _segments(sizes_ptr, offset_ptr, M, G, S_PAD)
+        _gmm_persistent(
+            pid, a_ptr, b_ptr, lo, hi, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn, G, S_PAD,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, NUM_PROGRAMS,
+        )  # fmt: skip
 
 
 @triton.jit
