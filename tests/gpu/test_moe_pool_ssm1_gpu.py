@@ -86,6 +86,11 @@ GMM_CONFIGS = {
     "persistent-128": GroupedMatmulConfig(
         block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, split_k=1, persistent=True
     ),
+    # The persistent grid at the heuristic's wide tiles and 4 stages: its flattened loop takes
+    # 224 KiB of shared memory (the 4 stages and an epilogue buffer).
+    "persistent-128x256": GroupedMatmulConfig(
+        block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, split_k=1, persistent=True
+    ),
     "64x256-split4": GroupedMatmulConfig(block_m=64, block_n=256, block_k=64, num_warps=4, num_stages=3, split_k=4),
 }
 
