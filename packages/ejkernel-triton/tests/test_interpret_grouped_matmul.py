@@ -186,10 +186,14 @@ def test_heuristic_stage_depths():
 
     hopper = (9, 0)
     cfg = H.heuristic(16384, 2048, 1536, 64, 2, hopper)
-    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages) == (128, 256, 4, 3)
-    # One depth for both (None: tgmm runs num_stages, also in the configs filled from these).
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages, cfg.persistent) == (128, 256, 4, 3, False)
+    # One depth for both (None: tgmm runs num_stages, also in the configs filled from these);
+    # groups of 512+ rows on the persistent grid.
     cfg = H.heuristic(16384, 4096, 2048, 8, 2, hopper)
-    assert (cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages) == (256, 3, None)
+    assert (cfg.block_n, cfg.num_stages, cfg.tgmm_num_stages, cfg.persistent) == (256, 3, None, True)
+    assert H.heuristic(65536, 4096, 1408, 64, 2, hopper).persistent
+    assert not H.heuristic(16384, 4096, 2048, 8, 2, (8, 0)).persistent  # Ampere: 128 columns
+    assert not H.heuristic(16384, 4096, 2048, 8, 4, hopper).persistent  # float32: 128 columns
     cfg = H.heuristic(16384, 2048, 1536, 64, 4, hopper)  # float32: 128 columns
     assert (cfg.block_n, cfg.tgmm_num_stages) == (128, None)
     for cc in (hopper, (8, 0), None):

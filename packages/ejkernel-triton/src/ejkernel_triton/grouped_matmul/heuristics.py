@@ -60,6 +60,13 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     reduce one group's ~256 rows in 4-5 steps, too few for a 4th stage to pay for its prologue
     (same shape, ``results/h200/wave2/gmm-schedule``: H200 0.346 against 0.361 ms, call 29; H100
     0.380 against 0.387, call 23).
+    Groups of 512 rows or more run those 3-stage wide tiles on the persistent grid (``_kernel``'s
+    ``_gmm_persistent``: whole tiles, the next tile's loads under this tile's epilogue). H200,
+    ``results/h200/wave2/gmm-persistent`` call 39, each kernel alone, against the 3-stage tiles one
+    per program: forward 0.403 against 0.436 ms at (16384, 4096, 2048, 8), 1.386 against 1.475 at
+    (65536, 4096, 1408, 64); ``dlhs`` 0.436 against 0.457 and 1.357 against 1.418. Under 512 rows
+    it is not used: the forward gained (0.227 against 0.237 ms at 64 experts) but ``dlhs`` lost
+    (0.245 against 0.232), and the group ends' half tiles are worth more there.
     Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory)."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
@@ -72,7 +79,7 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     cfg = GroupedMatmulConfig(
         block_m=block_m, block_n=block_n, block_k=block_k, num_warps=warps, num_stages=stages,
         tgmm_num_stages=3 if wide and stages > 3 else None,  # None: num_stages (also in configs filled from this)
-        split_k=tgmm_split(m, k, n, groups, block_m, block_n, block_k), persistent=False,
+        split_k=tgmm_split(m, k, n, groups, block_m, block_n, block_k), persistent=wide and rows_per_group >= 512,
     )  # fmt: skip
     while smem_bytes(cfg, itemsize) > smem_limit(cc) and cfg.num_stages > 1:
         fewer = cfg.num_stages - 1
@@ -94,6 +101,8 @@ _CANDIDATES = (
     (128, 128, 128, 8, 3),
     (64, 128, 128, 4, 3),
 )
+# The persistent grid (one program per SM) at the wide tiles.
+_PERSISTENT_CANDIDATES = ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4))
 
 
 def candidates(
@@ -101,10 +110,13 @@ def candidates(
 ) -> list[GroupedMatmulConfig]:
     """The autotuning space, pruned by shared memory; the heuristic's choice first."""
     out = [heuristic(m, k, n, groups, itemsize, cc)]
-    for bm, bn, bk, warps, stages in _CANDIDATES:
+    space = [(c, False) for c in _CANDIDATES] + [(c, True) for c in _PERSISTENT_CANDIDATES]
+    for (bm, bn, bk, warps, stages), persistent in space:
         if itemsize > 2:
             bk //= 2
-        cfg = GroupedMatmulConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, split_k=1)
+        cfg = GroupedMatmulConfig(
+            block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, split_k=1, persistent=persistent
+        )
         if cfg not in out and smem_bytes(cfg, itemsize) <= smem_limit(cc):
             out.append(cfg)
     return out
