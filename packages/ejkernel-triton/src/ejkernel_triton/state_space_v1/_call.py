@@ -71,7 +71,16 @@ class Spec:
         return per, -(-self.dim // per)
 
     def consts(self, backward: bool = False) -> dict[str, int]:
-        return dict(BLOCK_T=self.block_t, BLOCK_D=self.bwd_d if backward else self.block_d, BLOCK_N=self.block_n)
+        # The widths are compile-time constants: jax-triton gives integer arguments no
+        # divisibility hint, and as runtime strides they made every row load and store a 2- or
+        # 4-byte access (sm_90 PTX of the forward: 24 two-byte loads per step, 244 registers).
+        return dict(
+            DIM=self.dim,
+            DSTATE=self.dstate,
+            BLOCK_T=self.block_t,
+            BLOCK_D=self.bwd_d if backward else self.block_d,
+            BLOCK_N=self.block_n,
+        )
 
 
 def _dummy() -> jax.Array:
@@ -83,7 +92,7 @@ def forward(spec: Spec, x, A, B, C, D, dt, h0, *, store_states: bool) -> tuple[j
     states_shape = (b, spec.num_chunks, d, n) if store_states else (1,)
     y, hT, states = launch(
         ssm1_fwd_kernel,
-        x, dt, A, B, C, D, h0 if h0 is not None else _dummy(), s, d, n,
+        x, dt, A, B, C, D, h0 if h0 is not None else _dummy(), s,
         out_shape=[
             jax.ShapeDtypeStruct((b, s, d), x.dtype),
             jax.ShapeDtypeStruct((b, d, n), F32),
@@ -107,7 +116,7 @@ def chunk_sums(spec: Spec, A, C, dt, dy) -> tuple[jax.Array, jax.Array]:
     return tuple(
         launch(
             ssm1_bwd_sum_kernel,
-            dt, A, C, dy, s, d, n,
+            dt, A, C, dy, s,
             out_shape=[jax.ShapeDtypeStruct((b, nc, d, n), F32), jax.ShapeDtypeStruct((b, nc, d), F32)],
             grid=(nc, spec.d_blocks, b),
             num_warps=spec.num_warps,
@@ -128,12 +137,14 @@ def carries(spec: Spec, A, C, dt, dy, dhT) -> tuple[jax.Array, jax.Array]:
     return tuple(
         launch(
             ssm1_bwd_carry_kernel,
-            A, L, sdt, dhT.astype(F32), nc, d, n,
+            A, L, sdt, dhT.astype(F32), nc,
             out_shape=[jax.ShapeDtypeStruct((b, nc, d, n), F32), jax.ShapeDtypeStruct((b, d, n), F32)],
             grid=(-(-d // H.CARRY_BLOCK_D), b),
             num_warps=H.warps_for(block_c * H.CARRY_BLOCK_D * spec.block_n, H.CARRY_ELEMS_PER_WARP),
             num_stages=spec.num_stages,
             name="ejkernel_ssm1_bwd_carry",
+            DIM=d,
+            DSTATE=n,
             BLOCK_C=block_c,
             BLOCK_D=H.CARRY_BLOCK_D,
             BLOCK_N=spec.block_n,
@@ -151,7 +162,7 @@ def backward(spec: Spec, x, A, B, C, D, dt, states, dy, dhT) -> tuple[jax.Array,
     part = jax.ShapeDtypeStruct((b, groups, s, n), F32)
     dx, ddt, dB, dC, dA, dD = launch(
         ssm1_bwd_kernel,
-        x, dt, A, B, C, D, states, G, dy, s, d, n, group_d,
+        x, dt, A, B, C, D, states, G, dy, s, group_d,
         out_shape=[
             jax.ShapeDtypeStruct(x.shape, x.dtype),
             jax.ShapeDtypeStruct(dt.shape, dt.dtype),
