@@ -23,9 +23,9 @@ import triton
 import triton.language as tl
 
 import ejkernel
+from ejkernel.ops.mean_pooling.plan import make_plan
 from ejkernel.ops.timing import device_ms, measure_copy_gbps
 from ejkernel_triton._launch import launch
-from ejkernel_triton.mean_pooling._plan import make_plan
 
 
 @triton.jit

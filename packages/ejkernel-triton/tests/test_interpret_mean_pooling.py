@@ -24,9 +24,9 @@ from ejkernel.testing import conformance as C
 if os.environ.get("TRITON_INTERPRET") != "1":
     raise RuntimeError("run with TRITON_INTERPRET=1 (nox -s triton_interpret)")
 
+from ejkernel.ops.mean_pooling.plan import make_plan
 from ejkernel_triton._launch import interpreted
 from ejkernel_triton.mean_pooling import TritonMeanPooling
-from ejkernel_triton.mean_pooling._plan import make_plan
 
 OP = "mean_pooling"
 GPU = DeviceInfo(platform="gpu", kind="interpreter", compute_capability=(9, 0))

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.mean_pooling import MeanPoolingArgs, MeanPoolingConfig
+from ejkernel.ops.mean_pooling.plan import Plan, make_plan, uniform_cu_seqlens
 
 from .._launch import launch
 from ._kernel import mean_pool_bwd_kernel, mean_pool_combine_kernel, mean_pool_fwd_kernel
-from ._plan import Plan, make_plan, uniform_cu_seqlens
 
 F32 = jnp.float32
 

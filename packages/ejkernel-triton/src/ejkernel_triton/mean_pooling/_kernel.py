@@ -1,6 +1,6 @@
 """Triton kernels of ``mean_pooling``: a split reduction over token rows and its broadcast backward.
 
-Work is a list of items (``_plan.py``): item ``i`` owns rows ``[lo_i, hi_i)`` of one sequence (a
+Work is a list of items (``ejkernel.ops.mean_pooling.plan``): item ``i`` owns rows ``[lo_i, hi_i)`` of one sequence (a
 long sequence is cut into several items so that every SM has work); a program owns one item and
 ``BLOCK_D`` hidden columns. The forward writes each item's float32 partial sums; a small second
 kernel adds the partials of each sequence in item order (deterministic: no atomics, unlike an

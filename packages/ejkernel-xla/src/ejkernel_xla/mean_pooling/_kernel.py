@@ -1,12 +1,26 @@
-"""Mean pooling in plain JAX: a reduction over the sequence axis (dense) or a segment sum over
-packed rows, both accumulating in float32; XLA differentiates it (the gradient is a gather)."""
+"""Mean pooling in plain JAX, accumulating in float32.
+
+- Dense (``[batch, seq, hidden]``): a reduction over the sequence axis.
+- Packed rows (``cu_seqlens``), ``split_size`` None (the CPU's choice): a segment sum of the rows;
+  XLA differentiates it (the gradient is a gather).
+- Packed rows with ``split_size`` (accelerators): the rows are cut into items of at most
+  ``split_size`` rows of one sequence (``ejkernel.ops.mean_pooling.plan``, the Triton kernels'
+  work list); each item's rows are gathered and summed, then a segment sum adds each sequence's
+  few items. A segment sum of the rows themselves adds every row into its sequence's sums with
+  atomics: on an H200 it took 170 ms at (262144, 4096) bf16 in 64 sequences
+  (``results/h200/wave2/pool-h200``, call 36). The gradient is its own (a gather of each row's
+  sequence's ``dout / count``), not XLA's transpose of the gather, a scatter-add.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.mean_pooling import MeanPoolingArgs
+from ejkernel.ops.mean_pooling.plan import make_plan
 
 F32 = jnp.float32
 
@@ -14,7 +28,7 @@ F32 = jnp.float32
 def token_segments(cu_seqlens: jax.Array, tokens: int) -> jax.Array:
     """Each row's sequence index (``num_seqs`` for rows outside every sequence)."""
     pos = jnp.arange(tokens, dtype=jnp.int32)
-    seg = jnp.searchsorted(cu_seqlens[1:], pos, side="right").astype(jnp.int32)
+    seg = jnp.searchsorted(cu_seqlens[1:], pos, side="right", method="scan_unrolled").astype(jnp.int32)
     outside = (pos < cu_seqlens[0]) | (pos >= cu_seqlens[-1])
     return jnp.where(outside, cu_seqlens.shape[0] - 1, seg)
 
@@ -24,7 +38,40 @@ def _mean(sums: jax.Array, counts: jax.Array, dtype: jnp.dtype) -> jax.Array:
     return jnp.where(c > 0, sums / jnp.maximum(c, 1.0), 0.0).astype(dtype)
 
 
-def mean_pooling(args: MeanPoolingArgs) -> jax.Array:
+def _item_sums(x: jax.Array, keep: jax.Array, cu: jax.Array, split: int) -> jax.Array:
+    """``[num_seqs, hidden]`` float32 sums of each sequence's rows that ``keep`` marks, item by item."""
+    tokens, n = x.shape[0], cu.shape[0] - 1
+    plan = make_plan(cu, tokens, split)
+    rows = plan.item_lo[:, None] + jnp.arange(split, dtype=jnp.int32)[None, :]  # [items, split]
+    inside = rows < plan.item_hi[:, None]
+    rows = jnp.minimum(rows, tokens - 1)
+    inside = inside & keep[rows]
+    part = jnp.sum(jnp.where(inside[..., None], x[rows].astype(F32), 0.0), axis=1)  # [items, hidden]
+    # Items are in sequence order; unused ones (and the tail's) belong to sequence n, dropped.
+    return jax.ops.segment_sum(part, plan.item_seq, num_segments=n + 1, indices_are_sorted=True)[:n]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _packed_sums(x: jax.Array, keep: jax.Array, cu: jax.Array, split: int) -> jax.Array:
+    return _item_sums(x, keep, cu, split)
+
+
+def _packed_sums_fwd(x, keep, cu, split):
+    return _item_sums(x, keep, cu, split), (keep, cu, jnp.zeros((0,), x.dtype))
+
+
+def _packed_sums_bwd(split, res, g):
+    keep, cu, like = res
+    n = cu.shape[0] - 1
+    seg = token_segments(cu, keep.shape[0])
+    dx = jnp.where(((seg < n) & keep)[:, None], g[jnp.minimum(seg, n - 1)], 0.0).astype(like.dtype)
+    return dx, None, None
+
+
+_packed_sums.defvjp(_packed_sums_fwd, _packed_sums_bwd)
+
+
+def mean_pooling(args: MeanPoolingArgs, split: int | None = None) -> jax.Array:
     x, mask, n, hidden = args.x, args.attention_mask, args.num_seqs, args.hidden
     if args.cu_seqlens is None:  # consecutive runs of seq_len rows
         xs = x.reshape(n, args.seq_len, hidden)
@@ -35,6 +82,13 @@ def mean_pooling(args: MeanPoolingArgs) -> jax.Array:
             m = mask.reshape(n, args.seq_len)
             sums = jnp.sum(jnp.where(m[..., None], xs.astype(F32), 0.0), axis=1)
             counts = jnp.sum(m, axis=1, dtype=jnp.int32)
+    elif split and n > 0 and args.tokens > 0:
+        cu = jnp.clip(args.cu_seqlens.astype(jnp.int32), 0, args.tokens)
+        keep = jnp.ones((args.tokens,), bool) if mask is None else mask.astype(bool)
+        sums = _packed_sums(x, keep, cu, split)
+        # Rows that count: a prefix sum of the mask read at the sequence bounds (exact in int32).
+        csum = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(keep, dtype=jnp.int32)])
+        counts = jnp.maximum(csum[cu[1:]] - csum[cu[:-1]], 0)
     else:
         seg = token_segments(args.cu_seqlens, args.tokens)
         valid = seg < n if mask is None else (seg < n) & mask

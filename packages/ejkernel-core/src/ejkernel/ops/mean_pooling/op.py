@@ -32,7 +32,10 @@ class MeanPoolingConfig(OpConfig):
         num_warps: warps per program (GPU kernels).
         num_stages: software-pipelining depth of the token loop (GPU kernels).
 
-    The XLA implementation reduces whole sequences and uses none of them.
+    The XLA implementation uses ``split_size`` only, for packed rows: ``None`` (its choice on a
+    CPU) sums the rows into their sequences with a segment sum; a number (on accelerators, where
+    that segment sum is a scatter with atomics) sums items of at most that many rows of one
+    sequence, then each sequence's items.
     """
 
     block_size: int | None = tile(power_of_two=True)

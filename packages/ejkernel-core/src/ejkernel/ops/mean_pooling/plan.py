@@ -1,4 +1,5 @@
-"""The work list of the Triton ``mean_pooling`` kernels ("plan once, call many").
+"""The work list of ``mean_pooling`` over packed rows ("plan once, call many"): the Triton kernels'
+programs and the XLA implementation's row gather on accelerators both reduce one item each.
 
 Sequences ``0 .. num_seqs - 1`` and, as sequence ``num_seqs``, the rows outside all of them (past
 ``cu_seqlens[-1]``) are cut into items of at most ``split`` rows. The number of items is bounded
