@@ -197,7 +197,10 @@ def _gmm_persistent(
     no half tiles at the group ends), ``NUM_PROGRAMS`` programs striding over them. The tile loop
     is flattened into the k loop (``tl.range(..., flatten=True)``, Triton's persistent matmul),
     so the software pipeline loads the next tile's first k steps during this tile's epilogue;
-    that needs a k loop of the same length in every tile, hence the zero rows' separate loop."""
+    that needs a k loop of the same length in every tile, hence the zero rows' separate loop.
+    The tile body is ``_gmm_rows``'s without its runtime k bound and segment checks, written out:
+    routing both through one function with a compile-time switch changed the PTX of both kernels
+    (sm_90), and these are the instructions that were timed (``results/h200/wave2/gmm-persistent``)."""
     _gmm_zero_rows(pid, lo, hi, out_ptr, M, N, G, S_PAD, BLOCK_M, BLOCK_N, NUM_PROGRAMS)
     s = tl.arange(0, S_PAD)
     ntiles = tl.where((s >= 1) & (s <= G), (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)
