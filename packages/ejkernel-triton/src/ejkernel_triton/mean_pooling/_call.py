@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.mean_pooling import MeanPoolingArgs, MeanPoolingConfig
-from ejkernel.ops.mean_pooling.plan import Plan, make_plan, uniform_cu_seqlens
+from ejkernel.ops.mean_pooling.plan import Plan, make_plan, row_counts, uniform_cu_seqlens
 
 from .._launch import launch
 from ._kernel import mean_pool_bwd_kernel, mean_pool_combine_kernel, mean_pool_fwd_kernel
@@ -156,14 +156,6 @@ def _pool_bwd(spec: Spec, res, dout):
 _pool.defvjp(_pool_fwd, _pool_bwd)
 
 
-def _counts(args: MeanPoolingArgs, cu: jax.Array) -> jax.Array:
-    """Rows that count in each sequence (a prefix sum of the mask read at the boundaries)."""
-    if args.attention_mask is None:
-        return (cu[1:] - cu[:-1]).astype(jnp.int32)
-    csum = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(args.attention_mask, dtype=jnp.int32)])
-    return csum[cu[1:]] - csum[cu[:-1]]
-
-
 def mean_pooling(args: MeanPoolingArgs, cfg: MeanPoolingConfig) -> jax.Array:
     assert cfg.block_size and cfg.block_dim and cfg.split_size and cfg.num_warps and cfg.num_stages
     n = args.num_seqs
@@ -185,5 +177,5 @@ def mean_pooling(args: MeanPoolingArgs, cfg: MeanPoolingConfig) -> jax.Array:
         dtype=jnp.dtype(args.dtype).name,
     )
     plan = make_plan(cu, args.tokens, cfg.split_size)
-    out = _pool(spec, args.x, args.attention_mask, plan, _counts(args, cu))
+    out = _pool(spec, args.x, args.attention_mask, plan, row_counts(cu, args.attention_mask))
     return out.reshape(args.out_shape)

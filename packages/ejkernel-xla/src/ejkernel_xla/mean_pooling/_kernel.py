@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.mean_pooling import MeanPoolingArgs
-from ejkernel.ops.mean_pooling.plan import make_plan
+from ejkernel.ops.mean_pooling.plan import make_plan, row_counts
 
 F32 = jnp.float32
 
@@ -38,33 +38,36 @@ def _mean(sums: jax.Array, counts: jax.Array, dtype: jnp.dtype) -> jax.Array:
     return jnp.where(c > 0, sums / jnp.maximum(c, 1.0), 0.0).astype(dtype)
 
 
-def _item_sums(x: jax.Array, keep: jax.Array, cu: jax.Array, split: int) -> jax.Array:
-    """``[num_seqs, hidden]`` float32 sums of each sequence's rows that ``keep`` marks, item by item."""
+def _item_sums(x: jax.Array, mask: jax.Array | None, cu: jax.Array, split: int) -> jax.Array:
+    """``[num_seqs, hidden]`` float32 sums of each sequence's rows (those ``mask`` keeps), item by item."""
     tokens, n = x.shape[0], cu.shape[0] - 1
     plan = make_plan(cu, tokens, split)
     rows = plan.item_lo[:, None] + jnp.arange(split, dtype=jnp.int32)[None, :]  # [items, split]
     inside = rows < plan.item_hi[:, None]
     rows = jnp.minimum(rows, tokens - 1)
-    inside = inside & keep[rows]
+    if mask is not None:
+        inside = inside & mask[rows]
     part = jnp.sum(jnp.where(inside[..., None], x[rows].astype(F32), 0.0), axis=1)  # [items, hidden]
     # Items are in sequence order; unused ones (and the tail's) belong to sequence n, dropped.
     return jax.ops.segment_sum(part, plan.item_seq, num_segments=n + 1, indices_are_sorted=True)[:n]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _packed_sums(x: jax.Array, keep: jax.Array, cu: jax.Array, split: int) -> jax.Array:
-    return _item_sums(x, keep, cu, split)
+def _packed_sums(x: jax.Array, mask: jax.Array | None, cu: jax.Array, split: int) -> jax.Array:
+    return _item_sums(x, mask, cu, split)
 
 
-def _packed_sums_fwd(x, keep, cu, split):
-    return _item_sums(x, keep, cu, split), (keep, cu, jnp.zeros((0,), x.dtype))
+def _packed_sums_fwd(x, mask, cu, split):
+    # ``like``: x's row count and dtype, no data.
+    return _item_sums(x, mask, cu, split), (mask, cu, jnp.zeros((x.shape[0], 0), x.dtype))
 
 
 def _packed_sums_bwd(split, res, g):
-    keep, cu, like = res
+    mask, cu, like = res
     n = cu.shape[0] - 1
-    seg = token_segments(cu, keep.shape[0])
-    dx = jnp.where(((seg < n) & keep)[:, None], g[jnp.minimum(seg, n - 1)], 0.0).astype(like.dtype)
+    seg = token_segments(cu, like.shape[0])
+    valid = seg < n if mask is None else (seg < n) & mask
+    dx = jnp.where(valid[:, None], g[jnp.minimum(seg, n - 1)], 0.0).astype(like.dtype)
     return dx, None, None
 
 
@@ -84,11 +87,9 @@ def mean_pooling(args: MeanPoolingArgs, split: int | None = None) -> jax.Array:
             counts = jnp.sum(m, axis=1, dtype=jnp.int32)
     elif split and n > 0 and args.tokens > 0:
         cu = jnp.clip(args.cu_seqlens.astype(jnp.int32), 0, args.tokens)
-        keep = jnp.ones((args.tokens,), bool) if mask is None else mask.astype(bool)
+        keep = None if mask is None else mask.astype(bool)
         sums = _packed_sums(x, keep, cu, split)
-        # Rows that count: a prefix sum of the mask read at the sequence bounds (exact in int32).
-        csum = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(keep, dtype=jnp.int32)])
-        counts = jnp.maximum(csum[cu[1:]] - csum[cu[:-1]], 0)
+        counts = row_counts(cu, keep)
     else:
         seg = token_segments(args.cu_seqlens, args.tokens)
         valid = seg < n if mask is None else (seg < n) & mask

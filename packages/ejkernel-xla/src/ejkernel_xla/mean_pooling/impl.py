@@ -25,9 +25,11 @@ class XlaMeanPooling(KernelImpl):
         return H.heuristic(args, device)
 
     def candidate_cfgs(self, args: MeanPoolingArgs, device: DeviceInfo) -> list[MeanPoolingConfig]:
-        cfg = H.heuristic(args, device)
-        other = MeanPoolingConfig() if cfg.split_size else H.heuristic(args, None, accelerator=True)
-        return [cfg] if other == cfg else [cfg, other]
+        """Both formulations of packed rows, the device's choice first."""
+        if args.cu_seqlens is None:
+            return [MeanPoolingConfig()]
+        both = [MeanPoolingConfig(split_size=H.split_size(args)), MeanPoolingConfig()]
+        return sorted(both, key=lambda c: c != H.heuristic(args, device))
 
     def run(self, args: MeanPoolingArgs, cfg: MeanPoolingConfig) -> jax.Array:
         return mean_pooling(args, cfg.split_size)

@@ -57,5 +57,14 @@ def make_plan(cu_seqlens: jax.Array, tokens: int, split: int) -> Plan:
     )
 
 
+def row_counts(cu_seqlens: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``[num_seqs]`` int32: the rows that count in each sequence, its length or, with a token
+    mask, a prefix sum of the mask read at the sequence bounds (exact in int32)."""
+    if mask is None:
+        return (cu_seqlens[1:] - cu_seqlens[:-1]).astype(I32)
+    csum = jnp.concatenate([jnp.zeros((1,), I32), jnp.cumsum(mask, dtype=I32)])
+    return csum[cu_seqlens[1:]] - csum[cu_seqlens[:-1]]
+
+
 def uniform_cu_seqlens(num_seqs: int, seq_len: int) -> jax.Array:
     return jnp.arange(num_seqs + 1, dtype=I32) * seq_len
