@@ -8,6 +8,11 @@ warps than it was asked for. The jax-triton and jaxlib version drift stays in th
 ``jax_triton`` is imported only here, when a kernel is first lowered (0.3.x cannot even be
 imported without a GPU-enabled jaxlib), so importing this package is safe on any machine.
 
+Every launch runs as users call ops: eagerly (outside ``jax.jit``, each launch is dispatched as
+its own compiled call), under ``jit``, and under ``jax.vmap``, where a launch runs once per
+element of the mapped axis (``jax.custom_batching.sequential_vmap``: a Triton grid has no batch
+axis to fold a mapped one into).
+
 :func:`interpreted` switches :func:`launch` to Triton's interpreter (``TRITON_INTERPRET=1``, run
 on the host through ``jax.pure_callback`` with PyTorch CPU tensors). It exists to check the
 kernels and their host-side wrappers on a machine without a GPU; it is slow and needs ``torch``.
@@ -27,6 +32,7 @@ from typing import Any
 import jax
 import jax.extend
 import numpy as np
+from jax._src import dispatch
 from jax.interpreters import mlir
 
 __all__ = ["availability", "compile_only", "compute_capability", "interpreted", "launch", "launch_compiled"]
@@ -186,23 +192,42 @@ def launch(
     """Launch ``kernel`` on ``grid``: ``args`` are arrays (pointers) and Python scalars, in the
     kernel's order; outputs (``out_shape``) follow them; ``constexprs`` are compile-time."""
     if _INTERPRET:
-        return _launch_interpreted(kernel, args, out_shape, grid, zeroed_outputs, constexprs)
+        interp = functools.partial(_launch_interpreted, kernel, out_shape=out_shape, grid=grid, zeroed=zeroed_outputs)
+        return _mapped_sequentially(lambda *xs: interp(xs, meta=constexprs), args)
     if _RECORD is not None:
         return _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexprs, compiled=False)
-    import jax_triton
 
-    outs = jax_triton.triton_call(
-        *args,
-        kernel=kernel,
-        out_shape=list(out_shape),
-        grid=grid,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        zeroed_outputs=tuple(zeroed_outputs),
-        name=name,
-        **constexprs,
-    )
-    return list(outs)
+    def call(*call_args: Any) -> list[jax.Array]:
+        import jax_triton
+
+        outs = jax_triton.triton_call(
+            *call_args,
+            kernel=kernel,
+            out_shape=list(out_shape),
+            grid=grid,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            zeroed_outputs=tuple(zeroed_outputs),
+            name=name,
+            **constexprs,
+        )
+        return list(outs)
+
+    return _mapped_sequentially(call, args)
+
+
+def _mapped_sequentially(call: Any, args: Sequence[Any]) -> list[jax.Array]:
+    """``call(*args)``, where a ``jax.vmap`` over the array arguments runs one call per mapped
+    element (the kernels' primitives have no batching rule of their own)."""
+    pos = [i for i, a in enumerate(args) if _is_array(a)]
+
+    def on_arrays(*arrays: Any) -> list[jax.Array]:
+        full = list(args)
+        for i, a in zip(pos, arrays, strict=True):
+            full[i] = a
+        return call(*full)
+
+    return list(jax.custom_batching.sequential_vmap(on_arrays)(*[args[i] for i in pos]))
 
 
 def launch_compiled(
@@ -221,23 +246,27 @@ def launch_compiled(
     compiled here and launched by jaxlib's Triton custom call with the compiled warp count and
     scratch size. Same arguments as :func:`launch`, without zeroed outputs."""
     if _INTERPRET:
-        return _launch_interpreted(kernel, args, out_shape, grid, (), constexprs)
+        interp = functools.partial(_launch_interpreted, kernel, out_shape=out_shape, grid=grid, zeroed=())
+        return _mapped_sequentially(lambda *xs: interp(xs, meta=constexprs), args)
     if _RECORD is not None:
         return _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexprs, compiled=True)
-    arrays = [a for a in args if _is_array(a)]
     scalars = tuple((i, a) for i, a in enumerate(args) if not _is_array(a))
     grid3 = (*tuple(grid), 1, 1, 1)[:3]
-    return _compiled_call_p.bind(
-        *arrays,
-        kernel=kernel,
-        scalars=scalars,
-        out_shapes=tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_shape),
-        grid=grid3,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        name=name,
-        constexprs=tuple(sorted(constexprs.items())),
-    )
+
+    def call(*call_args: Any) -> list[jax.Array]:
+        return _compiled_call_p.bind(
+            *[a for a in call_args if _is_array(a)],
+            kernel=kernel,
+            scalars=scalars,
+            out_shapes=tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out_shape),
+            grid=grid3,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            name=name,
+            constexprs=tuple(sorted(constexprs.items())),
+        )
+
+    return _mapped_sequentially(call, args)
 
 
 def _is_array(a: Any) -> bool:
@@ -259,6 +288,9 @@ def _record(kernel, args, out_shape, grid, num_warps, num_stages, name, constexp
 
 _compiled_call_p = jax.extend.core.Primitive("ejkernel_triton_compiled_call")
 _compiled_call_p.multiple_results = True
+# Outside jit a primitive needs an evaluation rule: dispatch it as a one-primitive jitted call,
+# as JAX does for its own primitives.
+_compiled_call_p.def_impl(functools.partial(dispatch.apply_primitive, _compiled_call_p))
 
 
 @_compiled_call_p.def_abstract_eval

@@ -52,7 +52,9 @@ class Op:
     - ``conformance_atol`` / ``conformance_grad_atol``: dtype name → error floor, overriding the
       conformance suite's defaults for this op (e.g. a long recurrence in bfloat16);
     - ``features``: feature name → ``(what it means, predicate(args))``: the optional features a
-      call uses (implementations declare, by these names, those they do not support).
+      call uses (implementations declare, by these names, those they do not support);
+    - ``vmap_unsupported``: why ``jax.vmap`` over the op's arrays does not work (empty: it does, on
+      every implementation; the conformance suite checks it).
 
     and implement :meth:`canonicalize`. Everything else (validation, cache key, sharding,
     autotuning inputs) comes from the record's declaration and can be refined by overriding the
@@ -68,6 +70,7 @@ class Op:
     conformance_atol: ClassVar[dict[str, float]] = {}
     conformance_grad_atol: ClassVar[dict[str, float]] = {}
     features: ClassVar[dict[str, tuple[str, Callable[[Any], bool]]]] = {}
+    vmap_unsupported: ClassVar[str] = ""
     # Earlier releases' parameter names → the canonical ones (both in the public signature).
     param_aliases: ClassVar[dict[str, str]] = {}
     aliases: ClassVar[tuple[str, ...]] = ()

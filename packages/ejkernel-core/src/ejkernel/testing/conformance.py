@@ -51,12 +51,15 @@ __all__ = [
     "ERROR_RATIO",
     "GRAD_ATOL",
     "LOW_PRECISION",
+    "MODES",
     "Param",
     "assert_close",
     "bind",
+    "call_modes",
     "check",
     "check_impl",
     "expected_decline",
+    "first_accepted_case",
     "impl_configs",
     "params",
 ]
@@ -97,10 +100,21 @@ def check(
     op: str,
     seed: int = 0,
     grads: bool = True,
+    modes: Sequence[str] = ("jit",),
 ) -> None:
     """Check ``fn(**inputs)`` (e.g. a lambda around ``ejkernel.flash_attention``) on ``case`` of
     op ``op``: output and gradients of the differentiable inputs against the op's reference;
-    rows the reference makes exactly zero are exactly zero; nothing non-finite. Runs under ``jit``."""
+    rows the reference makes exactly zero are exactly zero; nothing non-finite.
+
+    ``modes``: how ``fn`` is called, each checked on its own (see :data:`MODES`): under ``jit``
+    (the default), ``eager`` (no ``jit`` anywhere: how a notebook or the README's first example
+    calls it), under ``vmap`` (two examples, the second the inputs flipped along their last axis,
+    forward and per-example gradients), inside ``shard_map`` (a one-device mesh, as a user's own
+    sharded model calls an op).
+    """
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise ValueError(f"modes: unknown {sorted(unknown)}; known: {MODES}")
     op_cls = op_class(op)
     reference = op_cls.get_reference()
     kw = case.inputs(seed)
@@ -120,43 +134,98 @@ def check(
         # op option of the same name (e.g. ``attention``'s output ``dtype``) in the reference call.
         return lambda d: reference(**{**ref_kw, **d, **extra})
 
-    out = jax.jit(call(fn))(diff)
-    ref32 = jax.jit(call_ref(dtype=jnp.float32))(diff)
     first = next(x for x in jax.tree.leaves(kw) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating))
-    ref_low = jax.jit(call_ref(dtype=low, precision=LOW_PRECISION))(diff)
     atol = {**ATOL, **op_cls.conformance_atol}
     grad_atol = {**GRAD_ATOL, **op_cls.conformance_grad_atol}
+    # Every floating-point array input travels as ``d`` (what vmap maps over); the gradients are
+    # those of the differentiable ones among them.
+    floats = {
+        n: x
+        for n, x in kw.items()
+        if isinstance(x, jax.Array | np.ndarray) and x.ndim and jnp.issubdtype(x.dtype, jnp.floating)
+    }
+    base = {**floats, **diff}
+    examples = [base]
+    if "vmap" in modes:
+        examples.append({n: jnp.flip(x, -1) for n, x in base.items()})
+    refs = [
+        (jax.jit(call_ref(dtype=jnp.float32))(d), jax.jit(call_ref(dtype=low, precision=LOW_PRECISION))(d))
+        for d in examples
+    ]
+    rng = np.random.default_rng(seed + 1)
+    cots = [jnp.asarray(rng.standard_normal(o.shape), jnp.float32) for o in jax.tree.leaves(refs[0][0])]
+
+    def grad_of(f: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """``d -> {name: gradient}`` of a random projection of ``f(d)``, for the differentiable names."""
+
+        def loss(wrt: dict[str, Any], d: dict[str, Any]) -> Any:
+            outs = jax.tree.leaves(f({**d, **wrt}))
+            return sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cots, strict=True))
+
+        return lambda d: jax.grad(loss)({n: d[n] for n in names}, d)
+
+    ref_grads = []
+    if grads and names:
+        for d in examples:
+            g32 = jax.jit(grad_of(call_ref(dtype=jnp.float32)))(d)
+            g_low = jax.jit(grad_of(call_ref(dtype=low, precision=LOW_PRECISION)))(d)
+            ref_grads.append((g32, g_low))
+
+    for mode in modes:
+        if mode == "shard_map" and kw.get("mesh") is not None:
+            continue  # the case runs the op under its own shard_map (a ring) in every mode
+        label = case.name if tuple(modes) == ("jit",) else f"{case.name} [{mode}]"
+        f = call(fn)
+        if mode == "vmap":
+            stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *examples)
+            outs = jax.jit(jax.vmap(f))(stacked)
+            per_example = [jax.tree.map(lambda x, i=i: x[i], outs) for i in range(len(examples))]
+            g = jax.jit(jax.vmap(grad_of(f)))(stacked) if ref_grads else None
+            per_grads = [jax.tree.map(lambda x, i=i: x[i], g) for i in range(len(examples))] if g else []
+        else:
+            per_example = [_in_mode(mode, f)(base)]
+            per_grads = [_in_mode(mode, grad_of(f))(base)] if ref_grads else []
+        for i, out in enumerate(per_example):
+            what = label if i == 0 else f"{label} example {i}"
+            _compare_outputs(what, out, *refs[i], first.dtype, dtype, atol)
+        for i, g in enumerate(per_grads):
+            what = label if i == 0 else f"{label} example {i}"
+            g32, g_low = ref_grads[i]
+            for n in names:
+                assert_close(f"{what}: d{n}", g[n], g32[n], g_low[n].astype(kw[n].dtype), dtype, grad_atol)
+
+
+#: The ways :func:`check` calls an op (its ``modes=``).
+MODES = ("jit", "eager", "vmap", "shard_map")
+
+
+def _in_mode(mode: str, f: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    if mode == "jit":
+        return jax.jit(f)
+    if mode == "eager":
+        return f
+    if mode == "shard_map":
+        from jax.sharding import Mesh, PartitionSpec
+
+        mesh = Mesh(np.array(jax.devices()[:1]), ("ejkernel_check",))
+        return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec()))
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def _compare_outputs(label: str, out: Any, ref32: Any, ref_low: Any, low: Any, dtype: str, atol: dict) -> None:
     # The output may be a pytree (e.g. ``(out, final_state)``): each leaf is checked on its own.
     if jax.tree.structure(out) != jax.tree.structure(ref32):
-        raise AssertionError(f"{case.name}: output structure {jax.tree.structure(out)} != reference's")
+        raise AssertionError(f"{label}: output structure {jax.tree.structure(out)} != reference's")
     leaves = list(zip(*(jax.tree.leaves(t) for t in (out, ref32, ref_low)), strict=True))
     for i, (o, r32, rlow) in enumerate(leaves):
         what = "output" if len(leaves) == 1 else f"output[{i}]"
-        assert_close(f"{case.name}: {what}", o, r32, rlow.astype(first.dtype), dtype, atol)
+        assert_close(f"{label}: {what}", o, r32, rlow.astype(low), dtype, atol)
         if r32.ndim:
             zero_rows = jnp.all(r32 == 0, axis=-1)
             if bool(zero_rows.any()) and not bool(jnp.all(jnp.where(zero_rows[..., None], o, 0) == 0)):
                 raise AssertionError(
-                    f"{case.name}: {what}: rows the reference makes zero (nothing to attend) are not exactly zero"
+                    f"{label}: {what}: rows the reference makes zero (nothing to attend) are not exactly zero"
                 )
-    if not (grads and names):
-        return
-
-    rng = np.random.default_rng(seed + 1)
-    cots = [jnp.asarray(rng.standard_normal(o.shape), jnp.float32) for o, _, _ in leaves]
-
-    def grads_of(f: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-        def loss(d: dict[str, Any]) -> Any:
-            outs = jax.tree.leaves(f(d))
-            return sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cots, strict=True))
-
-        return jax.jit(jax.grad(loss))(diff)
-
-    g = grads_of(call(fn))
-    g32 = grads_of(call_ref(dtype=jnp.float32))
-    g_low = grads_of(call_ref(dtype=low, precision=LOW_PRECISION))
-    for n in names:
-        assert_close(f"{case.name}: d{n}", g[n], g32[n], g_low[n].astype(kw[n].dtype), dtype, grad_atol)
 
 
 def expected_decline(
@@ -169,6 +238,24 @@ def expected_decline(
     return env if env is not None else declared_decline(impl, args)
 
 
+def call_modes(op: str) -> tuple[str, ...]:
+    """The :data:`MODES` other than ``jit`` that ``op`` supports (``vmap`` unless the op declares
+    it unsupported): what a call-modes test runs besides the matrix, which runs under ``jit``."""
+    return tuple(m for m in MODES if m != "jit" and not (m == "vmap" and op_class(op).vmap_unsupported))
+
+
+def first_accepted_case(impl: KernelImpl, cases: Sequence[Any], device: DeviceInfo | None = None) -> Any:
+    """The first of ``cases`` that ``impl``'s declaration accepts on ``device`` (default: the
+    arrays' own), or ``None``."""
+    op = get_op(impl.op_name)
+    for case in cases:
+        args = bind(impl.op_name, **case.inputs(0))
+        dev = device if device is not None else device_for_arrays(op.arrays(args))
+        if expected_decline(impl, args, dev) is None:
+            return case
+    return None
+
+
 def check_impl(
     impl: KernelImpl,
     case: Any,
@@ -177,12 +264,14 @@ def check_impl(
     device: DeviceInfo | None = None,
     seed: int = 0,
     grads: bool = True,
+    modes: Sequence[str] = ("jit",),
 ) -> str:
     """Run ``case`` through ``impl`` (with ``cfg``, missing fields from its heuristic) and assert
     what its declaration promises (see the module docstring). Returns ``"declined"`` or ``"ok"``.
 
     ``device``: the device to pretend the call runs on (e.g. a TPU for Pallas' interpret mode);
-    by default the arrays' own device, and the call goes through the public function.
+    by default the arrays' own device, and the call goes through the public function. ``modes``:
+    as :func:`check`'s.
     """
     op = impl.op_name
     kw = case.inputs(seed)
@@ -210,7 +299,7 @@ def check_impl(
             return "declined"
         raise AssertionError(f"{case.name}: {impl.name} ran a case its declaration rules out ({reason})")
     try:
-        check(fn, case, op=op, seed=seed, grads=grads)
+        check(fn, case, op=op, seed=seed, grads=grads, modes=modes)
     except UnsupportedError as e:
         raise AssertionError(
             f"{case.name}: {impl.name} declined a case its declaration supports (declare the feature unsupported, "

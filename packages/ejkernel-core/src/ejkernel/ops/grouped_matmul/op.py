@@ -154,6 +154,9 @@ class GroupedMatmul(Op):
     config_cls = GroupedMatmulConfig
     args_cls = GroupedMatmulArgs
     trainable = True
+    # lax.ragged_dot batches only when group_sizes are mapped too (jax 0.11: "vmap over any dim
+    # but 0 - NYI"), and a sequential vmap rule is not differentiable.
+    vmap_unsupported = "group_sizes partition the rows of one call; map over calls with jax.lax.map"
     features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
 
     def canonicalize(self, p: dict[str, Any]) -> GroupedMatmulArgs:
