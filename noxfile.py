@@ -31,6 +31,9 @@ PYTEST_OK = [0, 5]
 
 
 CUDA_PACKAGE = "packages/ejkernel-cuda"
+# Every build requirement of ejkernel-cuda pinned with its hashes (``nox -s lock_cuda_build``):
+# pip >= 25.3 checks the isolated build environment against it (--build-constraint).
+CUDA_BUILD_REQUIREMENTS = f"{CUDA_PACKAGE}/build-requirements.txt"
 
 
 def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -> None:
@@ -49,7 +52,14 @@ def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -
     )
     if cuda:
         # Compiles the CUDA extension with nvcc (no GPU needed): CI checks that it builds.
-        session.install(*jax_pins, "--no-deps", CUDA_PACKAGE, env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()})
+        session.install(
+            *jax_pins,
+            "--no-deps",
+            "--build-constraint",
+            CUDA_BUILD_REQUIREMENTS,
+            CUDA_PACKAGE,
+            env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()},
+        )
 
 
 def _cuda_archs() -> str:
@@ -123,11 +133,34 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python="3.12")
 def build_cuda(session: nox.Session) -> None:
-    """The ejkernel-cuda wheel into dist/ (nvcc on PATH; EJKERNEL_CUDA_ARCHS picks the GPUs)."""
-    session.install("build")
+    """The ejkernel-cuda wheel into dist/ (nvcc on PATH; EJKERNEL_CUDA_ARCHS picks the GPUs), its
+    build requirements checked against build-requirements.txt."""
+    session.install("-U", "pip")
     session.run(
-        "python", "-m", "build", "--wheel", "--outdir", "dist", CUDA_PACKAGE, env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()}
-    )
+        "python", "-m", "pip", "wheel", "--no-deps", "--build-constraint", CUDA_BUILD_REQUIREMENTS,
+        "-w", "dist", CUDA_PACKAGE, env={"EJKERNEL_CUDA_ARCHS": _cuda_archs()},
+    )  # fmt: skip
+
+
+@nox.session(python="3.12")
+def lock_cuda_build(session: nox.Session) -> None:
+    """Rewrite packages/ejkernel-cuda/build-requirements.txt: ejkernel-cuda's ``[build-system]
+    requires`` plus the cmake and ninja that scikit-build-core asks for where the machine's are
+    missing or too old, resolved for every platform and Python >= 3.11, with the hashes of every
+    file of each pinned version."""
+    session.install("uv")
+    cuda = nox.project.load_toml(f"{CUDA_PACKAGE}/pyproject.toml")
+    wanted = [
+        *cuda["build-system"]["requires"],
+        f"cmake{cuda['tool']['scikit-build']['cmake']['version']}",
+        "ninja>=1.5",
+    ]
+    spec = Path(session.create_tmp()) / "cuda-build.in"
+    spec.write_text("\n".join(wanted) + "\n")
+    session.run(
+        "uv", "pip", "compile", "--quiet", "--universal", "--python-version", "3.11", "--generate-hashes",
+        "--no-annotate", "--custom-compile-command", "nox -s lock_cuda_build", "-o", CUDA_BUILD_REQUIREMENTS, str(spec),
+    )  # fmt: skip
 
 
 @nox.session(python="3.12")
@@ -140,9 +173,10 @@ def wheelhouse(session: nox.Session) -> None:
 @nox.session(python="3.12")
 def packaging(session: nox.Session) -> None:
     """The README's install commands, each in a fresh environment: ``uv sync --extra xla`` in a copy
-    of the checkout, and the wheelhouse (CUDA wheel for one architecture) + ``pip install
-    --find-links dist "ejkernel-core[xla]"`` / ``[triton]``, each with a call on the CPU; the
-    ``[gpu]`` installs are resolved only."""
+    of the checkout, and the wheelhouse (CUDA wheel for one architecture, built offline from the
+    hash-checked build requirements it collects) + ``pip install --find-links dist
+    "ejkernel-core[xla]"`` / ``[triton]``, each with a call on the CPU; the ``[gpu]`` installs are
+    resolved only."""
     session.install("pytest", "pytest-timeout", "uv")
     session.run(
         "pytest",

@@ -7,25 +7,35 @@
   EJKERNEL_CUDA_ARCHS, default 80-real: the ``tests`` session compiles every default one), then
   ``pip install --find-links dist "ejkernel-core[xla]"`` and ``[triton]`` into a fresh venv and a
   call on the CPU; ``[gpu]`` and the CUDA 12 line are only resolved (``uv pip compile``: their
-  CUDA wheels are gigabytes).
+  CUDA wheels are gigabytes);
+- the CUDA wheel's offline build: the script builds it from the hash-checked build requirements
+  it collects in ``dist/cuda-build`` alone, with the network cut where unshare may; its extension
+  loads in a fresh venv, and a build requirement whose hash does not match stops the build.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parents[2]
+CUDA = ROOT / "packages/ejkernel-cuda"
+CUDA_REQUIREMENTS = "packages/ejkernel-cuda/build-requirements.txt"
 PURE = ["ejkernel-core", "ejkernel-xla", "ejkernel-triton", "ejkernel-pallas"]
 HAVE_NVCC = shutil.which("nvcc") is not None
 
@@ -39,6 +49,11 @@ WHEELHOUSE = "bash scripts/wheelhouse.sh"
 PIP_XLA = 'pip install --find-links dist "ejkernel-core[xla]"'
 PIP_GPU = 'pip install --find-links dist "ejkernel-core[gpu]"'
 PIP_CUDA12 = 'pip install --find-links dist "ejkernel-core[xla,triton,cuda]" "jax[cuda12]"'
+# packages/ejkernel-cuda/README.md's offline build of the CUDA wheel (the script's is uv's equivalent).
+PIP_CUDA_OFFLINE = (
+    f"pip wheel --no-deps --no-index --find-links dist/cuda-build --build-constraint {CUDA_REQUIREMENTS} "
+    "-w dist ./packages/ejkernel-cuda"
+)
 
 # Import from the installed copy, list the backends, run flash_attention on the CPU through the
 # XLA backend and compare with the reference; prints the location of the imported package.
@@ -106,9 +121,18 @@ def test_the_readme_shows_the_commands_tested_here():
         assert cmd in lines, f"README 'Set up' no longer shows {cmd!r}: update it or this test"
 
 
-def test_the_workspace_root_forwards_every_extra_of_core():
-    import tomllib
+def test_the_cuda_readme_shows_the_offline_build_tested_here():
+    lines = [ln.split("#")[0].strip() for ln in (CUDA / "README.md").read_text().splitlines()]
+    assert PIP_CUDA_OFFLINE in lines, "packages/ejkernel-cuda/README.md no longer shows the offline build"
+    script = (ROOT / "scripts/wheelhouse.sh").read_text().replace("\\\n", " ")
+    assert re.search(
+        r'build .*--package ejkernel-cuda .*--offline --no-index --find-links "\$out/cuda-build" '
+        r'--build-constraints "\$reqs" --require-hashes',
+        script,
+    ), "scripts/wheelhouse.sh no longer builds the CUDA wheel from dist/cuda-build alone, hash-checked"
 
+
+def test_the_workspace_root_forwards_every_extra_of_core():
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     core = tomllib.loads((ROOT / "packages/ejkernel-core/pyproject.toml").read_text())["project"]
     forwarded = root["project"]["optional-dependencies"]
@@ -172,11 +196,27 @@ def test_uv_sync_extras_resolve_from_the_workspace(checkout, env, uv, extra, mem
 # --- the wheelhouse -------------------------------------------------------------------------------
 
 
+CUDA_ARCHS = os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real")
+
+
 @pytest.fixture(scope="module")
-def wheelhouse(checkout, env) -> Path:
-    """``bash scripts/wheelhouse.sh`` in the fresh copy (no CMake build folder from earlier builds)."""
-    archs = os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real")
-    sh("bash", "scripts/wheelhouse.sh", cwd=checkout, env={**env, "EJKERNEL_CUDA_ARCHS": archs}, timeout=1200)
+def wheelhouse_log(checkout, env) -> str:
+    """``bash scripts/wheelhouse.sh`` in the fresh copy (no CMake build folder from earlier builds);
+    what it printed."""
+    res = subprocess.run(
+        ["bash", "scripts/wheelhouse.sh"],
+        cwd=checkout,
+        env={**env, "EJKERNEL_CUDA_ARCHS": CUDA_ARCHS},
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert res.returncode == 0, f"wheelhouse.sh:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
+    return res.stdout + res.stderr
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(checkout, wheelhouse_log) -> Path:
     return checkout / "dist"
 
 
@@ -290,3 +330,110 @@ def test_the_gpu_installs_resolve_from_the_wheelhouse(wheelhouse, env, uv, tmp_p
     assert "triton" in pins and "jax-triton" in pins
     assert pins[wanted[2]] == pins["jaxlib"], "the CUDA plugin must match jaxlib"
     assert not any(n.startswith(unwanted) for n in pins), out
+
+
+# --- the CUDA wheel's offline build ---------------------------------------------------------------
+
+
+def build_requirements(path: Path) -> dict[str, tuple[Requirement, list[str]]]:
+    """The entries of a hashed requirements file that apply to this Python: name -> (pin, hashes)."""
+    text = path.read_text().replace("\\\n", " ")
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        spec, *hashes = line.split("--hash=")
+        req = Requirement(spec)
+        if req.marker is None or req.marker.evaluate():
+            out[canonicalize_name(req.name)] = (req, [h.strip() for h in hashes])
+    return out
+
+
+def pinned_version(req: Requirement) -> Version:
+    (spec,) = req.specifier
+    assert spec.operator == "==", req
+    return Version(spec.version)
+
+
+def test_every_cuda_build_requirement_is_pinned_with_hashes():
+    """build-requirements.txt pins what [build-system] requires (and the cmake and ninja that
+    scikit-build-core asks for), every pin with hashes, the CUTLASS one at CMake's version."""
+    pyproject = tomllib.loads((CUDA / "pyproject.toml").read_text())
+    pins = build_requirements(ROOT / CUDA_REQUIREMENTS)
+    assert pins and all(hashes and all(h.startswith("sha256:") for h in hashes) for _, hashes in pins.values())
+    wanted = [*pyproject["build-system"]["requires"], f"cmake{pyproject['tool']['scikit-build']['cmake']['version']}"]
+    for line in [*wanted, "ninja"]:
+        req = Requirement(line)
+        pin, _ = pins[canonicalize_name(req.name)]
+        assert req.specifier.contains(pinned_version(pin)), f"{line} vs {pin}: nox -s lock_cuda_build"
+    cmake = (CUDA / "CMakeLists.txt").read_text()
+    (cutlass,) = re.findall(r'set\(EJKERNEL_CUTLASS_VERSION "([0-9.]+)"\)', cmake)
+    assert pinned_version(pins["nvidia-cutlass"][0]).release[:3] == Version(cutlass).release
+    assert "fetch_cutlass" not in cmake and not (CUDA / "cmake").exists()
+
+
+@pytest.fixture(scope="module")
+def pip_venv(tmp_path_factory, uv, env) -> Path:
+    """A fresh venv with a pip that checks build requirements (--build-constraint, pip >= 25.3)."""
+    venv = tmp_path_factory.mktemp("pipvenv") / "venv"
+    sh(uv, "venv", "--quiet", "--python", sys.executable, venv, env=env)
+    sh(uv, "pip", "install", "--quiet", "--python", venv / "bin" / "python", "pip>=25.3", env=env)
+    return venv / "bin" / "python"
+
+
+def network_can_be_cut() -> bool:
+    cut = subprocess.run(["unshare", "--net", "--map-root-user", "true"], capture_output=True, check=False)
+    return cut.returncode == 0
+
+
+def test_the_wheelhouse_holds_the_cuda_build_requirements(wheelhouse):
+    pins = build_requirements(ROOT / CUDA_REQUIREMENTS)
+    found = {}
+    for whl in (wheelhouse / "cuda-build").glob("*.whl"):
+        name, version, *_ = whl.name.split("-")
+        found[canonicalize_name(name)] = Version(version)
+    assert found == {name: pinned_version(req) for name, (req, _) in pins.items()}
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="no nvcc: the wheelhouse has no ejkernel-cuda wheel")
+def test_the_cuda_wheel_is_built_offline_and_loads(wheelhouse, wheelhouse_log, pip_venv, env):
+    """The script compiled the CUDA wheel from dist/cuda-build alone, with the network cut where
+    unshare may (CI runs as root); the wheel installs alone and its extension loads, with the
+    grouped GEMM exactly when 90a is among the architectures."""
+    how = "no network: unshare" if network_can_be_cut() else "network not cut"
+    assert f"from {wheelhouse}/cuda-build alone ({how})" in wheelhouse_log, wheelhouse_log[-3000:]
+    install = [pip_venv, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    sh(*install, wheel(wheelhouse, "ejkernel-cuda"), env=env)
+    probe = (
+        "import json, ejkernel_cuda._ext as e; "
+        "print(json.dumps([e.cuda_architectures, sorted(e.registrations()), e.has_grouped_matmul_sm90]))"
+    )
+    archs, targets, sm90 = json.loads(sh(pip_venv, "-c", probe, cwd=pip_venv.parent, env=env))
+    assert archs == CUDA_ARCHS.replace(";", ",")
+    assert sm90 == ("90a" in CUDA_ARCHS)
+    expected = ["ejkernel_cuda_gmm", "ejkernel_cuda_paged_decode"] if sm90 else ["ejkernel_cuda_paged_decode"]
+    assert targets == expected
+
+
+def test_a_build_requirement_whose_hash_differs_stops_the_cuda_build(wheelhouse, checkout, pip_venv, env, tmp_path):
+    """pip checks the build environment against build-requirements.txt: the README's offline build
+    with nvidia-cutlass's hashes replaced fails before CMake runs."""
+    lines = (checkout / CUDA_REQUIREMENTS).read_text().splitlines(keepends=True)
+    first = last = next(i for i, line in enumerate(lines) if line.startswith("nvidia-cutlass=="))
+    while lines[last].rstrip().endswith("\\"):  # the entry's continuation lines: its hashes
+        last += 1
+    entry = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, "".join(lines[first : last + 1]))
+    assert entry.count("sha256:" + "0" * 64) >= 1
+    tampered = tmp_path / "build-requirements.txt"
+    tampered.write_text("".join(lines[:first]) + entry + "".join(lines[last + 1 :]))
+    cmd = PIP_CUDA_OFFLINE.replace(CUDA_REQUIREMENTS, str(tampered)).replace("-w dist", f"-w {tmp_path / 'out'}")
+    res = subprocess.run(
+        [str(pip_venv), "-m", *cmd.split()], cwd=checkout, env=env, capture_output=True, text=True, timeout=600
+    )
+    log = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "Installing build dependencies: finished with status 'error'" in log, log[-3000:]
+    (cutlass, _) = build_requirements(checkout / CUDA_REQUIREMENTS)["nvidia-cutlass"]
+    assert "DO NOT MATCH THE HASHES" in log and str(cutlass) in log, log[-3000:]
+    assert not list((tmp_path / "out").glob("*.whl"))

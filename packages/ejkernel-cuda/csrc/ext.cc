@@ -47,6 +47,7 @@ PYBIND11_MODULE(_ext, m) {
   m.def("cuda_device_count", &cuda_device_count, "CUDA devices visible to this process (0 without a driver).");
   m.def("sm_count", &sm_count, "Streaming multiprocessors of the current CUDA device (0 without one).");
   m.attr("cuda_runtime_version") = CUDART_VERSION;
+  m.attr("cuda_architectures") = EJKERNEL_CUDA_ARCHITECTURES;  // CMAKE_CUDA_ARCHITECTURES, comma-separated
 #ifdef EJKERNEL_CUDA_GMM_SM90
   m.attr("has_grouped_matmul_sm90") = true;  // built with 90a among the architectures
   m.def("gmm_workspace_bytes", &EjkernelGroupedMatmulWorkspace, pybind11::arg("layout"), pybind11::arg("float16"),

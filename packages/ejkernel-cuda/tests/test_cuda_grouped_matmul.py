@@ -10,6 +10,7 @@ where its declaration accepts them (16-bit inputs, k and n multiples of 8).
 from __future__ import annotations
 
 import importlib
+import types
 
 import jax
 import pytest
@@ -58,8 +59,14 @@ def test_registered_above_triton_and_xla():
 
 
 def test_extension_exports_the_grouped_gemm():
-    """CI builds for 90a: the module carries the handler and its workspace query."""
+    """Built with 90a (CI's tests session builds the default architectures): the module carries the
+    handler and its workspace query; built without, neither."""
     ext = importlib.import_module("ejkernel_cuda._ext")
+    assert ext.cuda_architectures  # CMAKE_CUDA_ARCHITECTURES, comma-separated
+    if "90a" not in ext.cuda_architectures:
+        assert not ext.has_grouped_matmul_sm90 and not hasattr(ext, "gmm_workspace_bytes")
+        assert "ejkernel_cuda_gmm" not in ext.registrations()
+        return
     assert ext.has_grouped_matmul_sm90
     assert "ejkernel_cuda_gmm" in ext.registrations()
     small = ext.gmm_workspace_bytes(
@@ -87,6 +94,8 @@ def test_declaration_and_declines(monkeypatch):
 
 def test_needs_sm90(monkeypatch):
     monkeypatch.setattr(_ffi, "availability", lambda: None)
+    built_with_90a = types.SimpleNamespace(has_grouped_matmul_sm90=True, cuda_architectures="80-real,90a-real")
+    monkeypatch.setattr(_ffi, "_load", lambda: (built_with_90a, None))
     impl = CudaGroupedMatmul()
     assert "compute capability 9.0" in impl.available(
         DeviceInfo(platform="gpu", kind="A100", compute_capability=(8, 0))
@@ -96,6 +105,19 @@ def test_needs_sm90(monkeypatch):
     )
     assert "needs an NVIDIA GPU" in impl.available(DeviceInfo(platform="cpu", kind="cpu", compute_capability=None))
     assert impl.available(H200) is None
+
+
+def test_declines_on_hopper_when_built_without_sm90a(monkeypatch):
+    """An extension built for, say, A100 only has no grouped GEMM: on an H100 the implementation
+    declines, naming the build's architectures and the fix."""
+    monkeypatch.setattr(_ffi, "availability", lambda: None)
+    without = types.SimpleNamespace(has_grouped_matmul_sm90=False, cuda_architectures="80-real")
+    monkeypatch.setattr(_ffi, "_load", lambda: (without, None))
+    why = CudaGroupedMatmul().available(H200)
+    assert why == (
+        "the ejkernel_cuda extension was built for 80-real without sm_90a, so it has no grouped GEMM; "
+        "rebuild it with 90a-real in EJKERNEL_CUDA_ARCHS"
+    )
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the CPU-only decline")

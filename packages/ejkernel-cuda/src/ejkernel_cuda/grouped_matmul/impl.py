@@ -39,7 +39,13 @@ class CudaGroupedMatmul(KernelImpl):
             return why
         ext, _ = _ffi._load()
         if not getattr(ext, "has_grouped_matmul_sm90", False):
-            return "the ejkernel_cuda extension was built without sm_90a (EJKERNEL_CUDA_ARCHS lacks 90a)"
+            # A build whose architectures leave 90a out compiles the other ops only (CMakeLists.txt).
+            archs = getattr(ext, "cuda_architectures", "")
+            built = f"built for {archs}" if archs else "built"
+            return (
+                f"the ejkernel_cuda extension was {built} without sm_90a, so it has no grouped GEMM; "
+                "rebuild it with 90a-real in EJKERNEL_CUDA_ARCHS"
+            )
         return None
 
     def heuristic_cfg(self, args: GroupedMatmulArgs, device: DeviceInfo) -> GroupedMatmulConfig:
