@@ -104,18 +104,24 @@ def paged(h=8, hk=2, block_size=16, d=32):
 
 
 def test_page_cache_layouts():
-    q, kc, vc, lens, tables = paged()  # 8 query heads, block 16, 2 kv heads: only one reading fits
+    q, kc, vc, lens, tables = paged()  # 8 query heads, block 16, 2 kv heads
     ref = page_attention_reference(q, kc, vc, lens, tables)
     kc_t, vc_t = jnp.swapaxes(kc, 1, 2), jnp.swapaxes(vc, 1, 2)  # [blocks, kv_heads, block_size, dim]
-    close(ejkernel.page_attention(q, kc, vc, lens, tables), ref, 1e-4)
-    close(ejkernel.page_attention(q, kc_t, vc_t, lens, tables), ref, 1e-4)  # detected
+    close(ejkernel.page_attention(q, kc, vc, lens, tables), ref, 1e-4)  # the default: this library's layout
     close(ejkernel.page_attention(q, kc_t, vc_t, lens, tables, cache_layout="blocks_heads_tokens"), ref, 1e-4)
-    # 8 query heads over [blocks, 4, 2, dim]: 2 and 4 both divide 8, so both readings fit: asked, never guessed.
+    # Never guessed: the earlier layout without cache_layout is read as this library's, and
+    # here its 16 "kv heads" do not divide 8 query heads; the error names the way out.
+    with pytest.raises(
+        ValueError,
+        match=r"query has 8 heads, not a multiple of key_cache's 16 kv heads: .*\(12, 2, 16, 32\).*"
+        r"pass cache_layout='blocks_heads_tokens'",
+    ):
+        ejkernel.page_attention(q, kc_t, vc_t, lens, tables)
+    # 8 query heads over [blocks, 4, 2, dim] fit both readings: the default reads this library's.
     q, kc, vc, lens, tables = paged(h=8, hk=2, block_size=4)
-    with pytest.raises(ValueError, match=r"fits both cache layouts .* pass cache_layout="):
-        ejkernel.page_attention(q, kc, vc, lens[:3] // 4, tables)
-    out = ejkernel.page_attention(q, kc, vc, lens // 4, tables, cache_layout="blocks_tokens_heads")
-    close(out, page_attention_reference(q, kc, vc, lens // 4, tables), 1e-4)
+    close(ejkernel.page_attention(q, kc, vc, lens // 4, tables), page_attention_reference(q, kc, vc, lens // 4, tables))
+    with pytest.raises(ValueError, match=r"cache_layout='auto' is not accepted: .* pass 'blocks_tokens_heads'"):
+        ejkernel.page_attention(q, kc, vc, lens // 4, tables, cache_layout="auto")
     with pytest.raises(ValueError, match="cache_layout must be one of"):
         ejkernel.page_attention(q, kc, vc, lens // 4, tables, cache_layout="nhd")
 

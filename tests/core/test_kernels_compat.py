@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ejkernel
+from ejkernel.testing import page_attention_reference
 
 
 def _paged(layout_heads_first: bool):
@@ -39,9 +40,30 @@ def test_block_size_must_match_a_page_axis():
     from ejkernel.kernels._xla.page_attention import page_attention
 
     q, kc, vc, lens, tables = _paged(layout_heads_first=False)
-    page_attention(q, kc, vc, lens, tables, block_size=16)  # [blocks, tokens, heads, dim]
+    want = ejkernel.page_attention(q, kc, vc, lens, tables, platform="xla")
+    got = page_attention(q, kc, vc, lens, tables, block_size=16)  # only this library's layout has 16-token pages
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises(ValueError, match=r"block_size=5 matches neither page axis of key_cache \(8, 16, 2, 32\)"):
         page_attention(q, kc, vc, lens, tables, block_size=5)
+    with pytest.raises(ValueError, match=r"block_size=16 is not the page axis of key_cache \(8, 16, 2, 32\) read as"):
+        page_attention(q, kc, vc, lens, tables, block_size=16, cache_layout="blocks_heads_tokens")
+
+
+def test_private_path_defaults_to_the_earlier_layout():
+    """Without cache_layout, the earlier path reads [num_blocks, num_kv_heads, block_size, dim]
+    even where the shapes also fit this library's layout (the public op's default)."""
+    from ejkernel.kernels._xla.page_attention import page_attention
+
+    # 8 pages of [4 kv heads, 4 tokens]: 8 query heads divide either reading.
+    q = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 32))
+    kc, vc = (jax.random.normal(jax.random.PRNGKey(i), (8, 4, 4, 32)) for i in (1, 2))
+    lens, tables = np.array([13, 7], np.int32), np.array([[0, 1, 2, 3], [4, 5, 6, 7]], np.int32)
+    want = page_attention_reference(q, kc, vc, lens, tables, cache_layout="blocks_heads_tokens")
+    for kw in ({}, {"block_size": 4}):  # block_size == num_kv_heads: both fit, the earlier layout wins
+        np.testing.assert_allclose(np.asarray(page_attention(q, kc, vc, lens, tables, **kw)), want, atol=1e-5)
+    library = page_attention(q, kc, vc, lens, tables, cache_layout="blocks_tokens_heads")
+    np.testing.assert_allclose(np.asarray(library), page_attention_reference(q, kc, vc, lens, tables), atol=1e-5)
+    assert not np.allclose(np.asarray(library), np.asarray(want), atol=1e-3)  # the two readings differ
 
 
 def test_every_op_under_every_backend_and_errors():

@@ -404,7 +404,6 @@ def paged(rng):
         value_cache=arr(rng, (NUM_BLOCKS, BLOCK, 2, 16)),
         context_lens=jnp.array([5, 12], jnp.int32),
         block_tables=jnp.array([[3, 1, 7], [0, 2, 6]], jnp.int32),
-        cache_layout="blocks_tokens_heads",  # these shapes fit both layouts
     )
 
 
@@ -448,9 +447,21 @@ def test_page_head_dim_mismatch(rng, paged):
         ejkernel.page_attention(**paged)
 
 
-def test_page_heads_not_multiple(rng, paged):
+@pytest.mark.parametrize("layout", [None, "blocks_tokens_heads", "blocks_heads_tokens"])
+def test_page_heads_not_multiple(rng, paged, layout):
+    """3 query heads over 2 kv heads: the head mismatch is reported (in either layout, and by
+    default), not a layout question."""
     paged["query"] = arr(rng, (2, 3, 16))
-    with pytest.raises(ValueError, match=r"num_heads \(3\) must be a multiple of num_kv_heads \(2\)"):
+    if layout is not None:
+        paged["cache_layout"] = layout
+    if layout == "blocks_heads_tokens":
+        paged["key_cache"] = paged["value_cache"] = arr(rng, (NUM_BLOCKS, 2, BLOCK, 16))
+    shape = re.escape(str(tuple(paged["key_cache"].shape)))
+    with pytest.raises(
+        ValueError,
+        match=rf"page_attention: query has 3 heads, not a multiple of key_cache's 2 kv heads: "
+        rf"query \(2, 3, 16\), key_cache {shape}",
+    ):
         ejkernel.page_attention(**paged)
 
 

@@ -414,6 +414,21 @@ def test_page_attention_heads_sharded(mesh, rng, hk):
     close(out, page_attention_reference(**kw))
 
 
+def test_page_attention_earlier_cache_layout_sharded(mesh, rng):
+    """[num_blocks, num_kv_heads, block_size, dim] caches shard on their kv-head axis (axis 1)."""
+    kw = paged_inputs(rng, hk=4, lens=(7, 2, 16, 12))
+    kw["cache_layout"] = "blocks_heads_tokens"
+    kw["key_cache"], kw["value_cache"] = (jnp.swapaxes(kw[n], 1, 2) for n in ("key_cache", "value_cache"))
+    cache = P(None, "tp", None, None)
+    specs = (P("dp", "tp", None), cache, cache, P("dp"), P("dp", None))
+    with record_dispatches() as log:
+        out = ejkernel.page_attention(**kw, mesh=mesh, in_specs=specs)
+    assert "key_cache=f32[19,1,4,16]" in log[0].key and "cache_layout=blocks_heads_tokens" in log[0].key, log[0].key
+    close(out, page_attention_reference(**kw))
+    with pytest.raises(ValueError, match="block_size axis of key_cache cannot be sharded"):
+        ejkernel.page_attention(**kw, mesh=mesh, in_specs=(P(None, "tp", None), CACHE_SPEC, CACHE_SPEC))
+
+
 def test_page_attention_batch_and_heads_sharded(mesh, rng):
     kw = paged_inputs(rng, hk=4, lens=(7, 2, 16, 12))
     specs = (P("dp", "tp", None), CACHE_SPEC, CACHE_SPEC, P("dp"), P("dp", None))

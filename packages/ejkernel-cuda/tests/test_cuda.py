@@ -241,3 +241,59 @@ def test_one_partition(sinks, variant, monkeypatch):
     )
     cfg = ejkernel.PageAttentionConfig(tokens_per_block=512, num_stages=3)
     C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=3)
+
+
+# Earlier releases' cache layout [num_blocks, num_kv_heads, block_size, dim], read in place by the
+# same kernel through its strides: both ring paths, pages of a power-of-two length and not, one
+# partition and split-K, every cache dtype.
+_HEADS_MAJOR = [
+    C.PageAttentionCase(
+        "hm-gqa4-d128", context_lens=(1, 17, 4099, 16384), h=16, hk=4, d=128, dtype="bfloat16",
+        cache_layout="blocks_heads_tokens",
+    ),
+    C.PageAttentionCase(
+        "hm-gqa3-sinks-window-d64", context_lens=(2049, 0, 33), h=6, hk=2, d=64, sinks=2, window=700, soft_cap=10.0,
+        dtype="float16", cache_layout="blocks_heads_tokens",
+    ),
+    C.PageAttentionCase(
+        "hm-mha-d256-bs12", context_lens=(5000, 3, 300), h=4, hk=4, d=256, block_size=12, dtype="bfloat16",
+        cache_layout="blocks_heads_tokens",
+    ),
+    C.PageAttentionCase(
+        "hm-gqa8-f32-bs32", context_lens=(700, 64), h=16, hk=2, d=128, block_size=32, cache_layout="blocks_heads_tokens"
+    ),
+]  # fmt: skip
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _HEADS_MAJOR, ids=lambda c: c.name)
+@pytest.mark.parametrize("variant", [0, 1], ids=["mma", "fma"])
+@pytest.mark.parametrize("partition", [None, 64, 100000], ids=["heuristic", "p64", "one-partition"])
+def test_both_cache_layouts_in_place(case, variant, partition, monkeypatch):
+    """The earlier layout matches the reference, and gives exactly the output of the same values
+    in this library's layout (one kernel, only the strides differ); the compiled program hands
+    the cache to the kernel as it is (no cache-sized copy or transpose)."""
+    from ejkernel.ops.page_attention.cases import cache_sized_writes
+    from ejkernel_cuda.page_attention import impl as cuda_impl
+
+    monkeypatch.setattr(cuda_impl, "LANE_VARIANT", variant)
+    cfg = None if partition is None else ejkernel.PageAttentionConfig(tokens_per_block=partition, num_stages=2)
+    C.check_page_attention(lambda **kw: ejkernel.page_attention(**kw, platform="cuda", cfg=cfg), case, seed=5)
+
+    kw = case.inputs(seed=5)
+    arrays = ("query", "key_cache", "value_cache", "context_lens", "block_tables")
+    opts = {k: v for k, v in kw.items() if k not in arrays and k != "cache_layout"}
+
+    def call(layout):
+        return jax.jit(lambda *a: ejkernel.page_attention(*a, cache_layout=layout, platform="cuda", cfg=cfg, **opts))
+
+    heads_major = call("blocks_heads_tokens")
+    hlo = heads_major.lower(*(kw[n] for n in arrays)).compile().as_text()
+    assert "ejkernel_cuda_paged_decode" in hlo
+    assert cache_sized_writes(hlo, kw["key_cache"].shape) == []
+    library = {n: jnp.swapaxes(kw[n], 1, 2) for n in ("key_cache", "value_cache")}
+    out_library = call("blocks_tokens_heads")(*({**kw, **library}[n] for n in arrays))
+    np.testing.assert_array_equal(
+        np.asarray(heads_major(*(kw[n] for n in arrays)), np.float32), np.asarray(out_library, np.float32)
+    )

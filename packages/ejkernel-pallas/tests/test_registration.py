@@ -236,6 +236,11 @@ def test_page_configs():
         assert pages == 1 or PH.buffer_bytes(pages, bs, hk, d, d, dtype) <= budget
         assert pages * bs * 2 > 512 or PH.buffer_bytes(2 * pages, bs, hk, d, d, dtype) > budget
     assert PH.heuristic(16, 3, 8, 128, 128, jnp.bfloat16) == 48  # no more pages than the table has
+    # A page in VMEM keeps the cache's layout: its two minor dims are padded to the (sublanes,
+    # 128) tile, kv heads in this library's layout, tokens in the earlier one.
+    assert PH.buffer_bytes(1, 16, 2, 128, 128, jnp.bfloat16) == 2 * 16 * 16 * 256 * 2
+    assert PH.buffer_bytes(1, 16, 2, 128, 128, jnp.bfloat16, heads_major=True) == 2 * 2 * 16 * 256 * 2
+    assert PH.buffer_bytes(1, 8, 16, 64, 64, jnp.float32, heads_major=True) == 2 * 16 * 8 * 256 * 4
 
 
 PLAN_CASES = [

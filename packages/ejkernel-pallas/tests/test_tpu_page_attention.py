@@ -75,12 +75,15 @@ def test_the_pallas_kernel_is_what_runs():
     assert pallas_kernel_names(lambda q: fn(**{**kw, "query": q}), kw["query"]) == ["ejkernel_page_attention"]
 
 
+@pytest.mark.parametrize("layout", ["blocks_tokens_heads", "blocks_heads_tokens"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kind", TPU_KINDS)
-def test_lowers_to_mosaic_for_tpu(kind, dtype):
+def test_lowers_to_mosaic_for_tpu(kind, dtype, layout):
+    # Either cache layout: the page copies and the per-head reads of VMEM lower for the TPU.
     case = PageAttentionCase(
-        "lower", context_lens=(20, 45, 7), h=8, hk=2, block_size=16, sinks=2, window=30, soft_cap=5.0, dtype=dtype
-    )
+        "lower", context_lens=(20, 45, 7), h=8, hk=2, block_size=16, sinks=2, window=30, soft_cap=5.0, dtype=dtype,
+        cache_layout=layout,
+    )  # fmt: skip
     kw = case.inputs()
     fn = on_tpu(IMPL, one_page_per_step(case))
     module = lower_for_tpu(lambda q: fn(**{**kw, "query": q}), kw["query"], kind=kind)

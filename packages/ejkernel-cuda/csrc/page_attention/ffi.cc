@@ -48,17 +48,26 @@ ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer
                            ffi::Buffer<ffi::F32> sinks, ffi::Result<ffi::AnyBuffer> out,
                            ffi::Result<ffi::Buffer<ffi::F32>> part_out, ffi::Result<ffi::Buffer<ffi::F32>> part_lse,
                            float scale, float soft_cap, int32_t window_left, int32_t partition, int32_t num_sinks,
-                           int32_t stages, int32_t variant) {
+                           int32_t stages, int32_t variant, int32_t heads_major) {
   const auto qd = q.dimensions(), kd = k_cache.dimensions(), vd = v_cache.dimensions();
   if (qd.size() != 3 || kd.size() != 4 || vd.size() != 4)
-    return invalid("query must be [batch, heads, head_dim] and caches [num_blocks, block_size, kv_heads, head_dim], got " +
+    return invalid("query must be [batch, heads, head_dim] and caches [num_blocks, block_size, kv_heads, head_dim] "
+                   "(heads_major: [num_blocks, kv_heads, block_size, head_dim]), got " +
                    dims_str(qd) + ", " + dims_str(kd) + ", " + dims_str(vd));
+  if (heads_major != 0 && heads_major != 1) return invalid("heads_major must be 0 or 1, got " + std::to_string(heads_major));
   ek::DecodeParams p{};
   p.batch = static_cast<int>(qd[0]);
   p.heads = static_cast<int>(qd[1]);
   p.head_dim = static_cast<int>(qd[2]);
-  p.block_size = static_cast<int>(kd[1]);
-  p.kv_heads = static_cast<int>(kd[2]);
+  p.block_size = static_cast<int>(heads_major ? kd[2] : kd[1]);
+  p.kv_heads = static_cast<int>(heads_major ? kd[1] : kd[2]);
+  // Both layouts are read in place: a token's head row is contiguous either way, only the strides differ.
+  const int64_t page_elems = static_cast<int64_t>(p.block_size) * p.kv_heads * p.head_dim;
+  if (page_elems > INT32_MAX)
+    return invalid("a page of key_cache " + dims_str(kd) + " has more than 2^31 - 1 elements");
+  p.block_stride = static_cast<int32_t>(page_elems);
+  p.head_stride = heads_major ? p.block_size * p.head_dim : p.head_dim;
+  p.token_stride = heads_major ? p.head_dim : p.kv_heads * p.head_dim;
   for (int i = 0; i < 4; ++i) {
     if (vd[i] != kd[i]) return invalid("key_cache " + dims_str(kd) + " and value_cache " + dims_str(vd) + " differ");
   }
@@ -151,4 +160,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelPagedDecode, PagedDecodeImpl,
                                   .Attr<int32_t>("partition")
                                   .Attr<int32_t>("num_sinks")
                                   .Attr<int32_t>("stages")
-                                  .Attr<int32_t>("variant"));
+                                  .Attr<int32_t>("variant")
+                                  .Attr<int32_t>("heads_major"));

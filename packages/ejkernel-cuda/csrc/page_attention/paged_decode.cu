@@ -195,8 +195,7 @@ __device__ inline void issue_chunk(const DecodeParams& p, const Partition& part,
   constexpr int kCopies = kChunk * kPieces / kThreads;  // copies per thread and slot, K (and V)
   static_assert((kChunk * kPieces) % kThreads == 0, "a slot must split evenly over the CTA");
   const int shift = p.block_size_log2;  // >= 0: power-of-two pages, index with shifts
-  const int64_t tok_stride = static_cast<int64_t>(p.kv_heads) * D;
-  const int64_t blk_stride = tok_stride * p.block_size;
+  const int head_off = part.kvh * p.head_stride;  // < block_stride
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
 #pragma unroll
@@ -209,8 +208,8 @@ __device__ inline void issue_chunk(const DecodeParams& p, const Partition& part,
       const int pos = part.start + j;
       const int page = shift >= 0 ? (pos >> shift) : pos / p.block_size;
       const int in_page = shift >= 0 ? (pos & (p.block_size - 1)) : pos - page * p.block_size;
-      off = pages[page - part.page0] * blk_stride + in_page * tok_stride + static_cast<int64_t>(part.kvh) * D +
-            piece * kVec;
+      off = static_cast<int64_t>(pages[page - part.page0]) * p.block_stride +
+            (in_page * p.token_stride + head_off + piece * kVec);
     }
     const int bytes = j < part.n ? 16 : 0;
     cp_async16(sk + place(row, piece), k_cache + off, bytes);
@@ -616,9 +615,10 @@ __device__ inline void load_q_fragments(const DecodeParams& p, const Partition& 
   }
 }
 
-// Built for 3 CTAs per SM (at most 168 registers: at d128 a few words spill, where the unbounded
-// build takes ~180 registers). Measured on an H200 (b32 h32/8 d128 ctx8192, 2 CTAs x 3 slots per SM
-// either way): 1-2% faster than the unbounded build.
+// Built for 3 CTAs per SM (at most 168 registers; ptxas -v, sm_90a: 163 at d128 without spills
+// since the cache strides are 32-bit). Measured on an H200 (b32 h32/8 d128 ctx8192, 2 CTAs x 3
+// slots per SM either way), when d128 still spilled a few words: 1-2% faster than the unbounded
+// build (~180 registers).
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads, 3) paged_decode_split_mma(const DecodeParams p) {
   constexpr int kChunk = kMmaTokens;  // tokens per ring slot

@@ -27,8 +27,8 @@ enum class DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
 struct DecodeParams {
   const void* q;             // [batch, heads, head_dim], q_dtype
-  const void* k_cache;       // [num_blocks, block_size, kv_heads, head_dim]
-  const void* v_cache;       // same layout as k_cache
+  const void* k_cache;       // [num_blocks, block_size, kv_heads, head_dim] or [num_blocks, kv_heads, block_size, head_dim]
+  const void* v_cache;       // same layout as k_cache (both read through the strides below)
   const int32_t* context_lens;  // [batch]
   const int32_t* block_tables;  // [batch, max_blocks]
   const float* sinks;        // [heads, num_sinks] (unused when num_sinks == 0)
@@ -43,6 +43,11 @@ struct DecodeParams {
   int variant;  // 0: tensor cores for bf16/fp16 caches (head dim <= 128); 1: FMAs (the float32 path)
   int direct;   // set by the launcher: one partition and no sinks, pass 1 writes `out` (no merge)
   int block_size_log2;  // log2(block_size) when a power of two, else -1
+  // Element strides of a cache's page, token and kv head (a head's D elements are contiguous):
+  // either layout is read in place, never transposed. 32-bit (a page is under 2^31 elements; the
+  // FFI handler checks), widened where a page index multiplies them: 64-bit strides cost the
+  // tensor-core kernel, at its 168-register bound, extra spills.
+  int32_t block_stride, token_stride, head_stride;
   float scale;       // softmax scale
   float soft_cap;    // <= 0: no soft cap
   int window_left;   // < 0: no sliding window

@@ -15,9 +15,11 @@ device, raises the public op's ``NoImplementationError`` saying why. A name that
 raises ``ModuleNotFoundError``.
 
 Keyword names of the earlier private functions that differ from the public op's are mapped by
-:data:`KEYWORD_ALIASES` (page_attention's ``scale`` is ``softmax_scale``; its ``block_size``, the
-cache's page length, picks the ``cache_layout`` whose page axis has that length and is checked
-against the cache).
+:data:`KEYWORD_ALIASES` (page_attention's ``scale`` is ``softmax_scale``). page_attention here
+reads the earlier releases' cache layout, ``[num_blocks, num_kv_heads, block_size, dim]``
+(``cache_layout="blocks_heads_tokens"``), unless ``cache_layout=`` says otherwise or
+``block_size=``, the cache's page length, matches only the page axis of this library's layout;
+``block_size`` is checked against the cache.
 """
 
 from __future__ import annotations
@@ -44,29 +46,34 @@ BACKENDS: dict[str, str | None] = {
 KEYWORD_ALIASES: dict[str, dict[str, str]] = {"page_attention": {"scale": "softmax_scale"}}
 
 
-def _page_attention_block_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _page_attention_layout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    from ..ops.page_attention.op import CACHE_LAYOUTS, EARLIER_CACHE_LAYOUT
+
     block_size = kwargs.pop("block_size", None)
-    if block_size is None:
-        return
     cache = args[1] if len(args) > 1 else kwargs.get("key_cache")
-    if cache is None or len(getattr(cache, "shape", ())) != 4:
-        return  # the op reports the missing/ill-shaped cache
-    shape = tuple(cache.shape)
-    fits = [
-        layout for layout, axis in (("blocks_tokens_heads", 1), ("blocks_heads_tokens", 2)) if shape[axis] == block_size
-    ]
-    if not fits:
+    if block_size is None or cache is None or len(getattr(cache, "shape", ())) != 4:
+        kwargs.setdefault("cache_layout", EARLIER_CACHE_LAYOUT)
+        return  # the op reports a missing or ill-shaped cache
+    shape = tuple(int(n) for n in cache.shape)
+    fits = [name for name, axes in CACHE_LAYOUTS.items() if shape[axes.index("block_size")] == block_size]
+    if not fits and "cache_layout" not in kwargs:
         raise ValueError(
-            f"page_attention: block_size={block_size} matches neither page axis of key_cache "
-            f"{shape} ([num_blocks, block_size, kv_heads, dim] or [num_blocks, kv_heads, block_size, dim])"
+            f"page_attention: block_size={block_size} matches neither page axis of key_cache {shape} "
+            "([num_blocks, num_kv_heads, block_size, dim] or [num_blocks, block_size, num_kv_heads, dim])"
         )
-    if len(fits) == 1:
-        kwargs.setdefault("cache_layout", fits[0])
+    # Both fit (block_size == num_kv_heads): the earlier layout, as without block_size.
+    layout = kwargs.setdefault("cache_layout", EARLIER_CACHE_LAYOUT if EARLIER_CACHE_LAYOUT in fits else fits[0])
+    if layout in CACHE_LAYOUTS and layout not in fits:
+        axes = ", ".join(CACHE_LAYOUTS[layout])
+        raise ValueError(
+            f"page_attention: block_size={block_size} is not the page axis of key_cache {shape} read as "
+            f"[{axes}, head_dim] (cache_layout={layout!r})"
+        )
 
 
 #: Per op, a function adapting an earlier private call's arguments in place (after the aliases).
 ADAPTERS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], None]] = {
-    "page_attention": _page_attention_block_size,
+    "page_attention": _page_attention_layout,
 }
 
 

@@ -25,6 +25,8 @@ From the declaration alone come:
 - **autotuning inputs** (:meth:`Args.random_like`): random floats of the same shapes.
 
 Records are pytrees (arrays are leaves, statics are aux data), so they pass through ``jit``.
+A record whose arrays may come in more than one layout (``page_attention``'s caches) keeps them
+as given and overrides :meth:`Args.axes_of` to name their axes by a static field.
 """
 
 from __future__ import annotations
@@ -388,14 +390,20 @@ class Args:
     def array_names(cls) -> tuple[str, ...]:
         return cls._arrays
 
+    def axes_of(self, name: str) -> tuple[str | None, ...] | None:
+        """The axis names of field ``name`` in this record: the declared ones, unless the record
+        says its array is laid out otherwise (a subclass may override this to permute a field's
+        declared axes by a static, e.g. a cache layout; it must not add or drop names)."""
+        return self.field_spec(name).axes
+
     def size(self, axis: str) -> int:
         """Size of a named axis (``ValueError`` if no present field has it)."""
         fallback = None
-        for name, i in self._axis_sources.get(axis, ()):
+        for name, _ in self._axis_sources.get(axis, ()):
             x = getattr(self, name)
             if x is None:
                 continue
-            n = int(x.shape[i])
+            n = int(x.shape[(self.axes_of(name) or ()).index(axis)])
             if not self.field_spec(name).broadcast or n != 1:
                 return n
             fallback = n
@@ -470,12 +478,13 @@ class Args:
                 if spec.broadcast != pass_broadcast:
                     continue
                 x = getattr(self, name)
-                if spec.axes is None:
+                axes = self.axes_of(name)
+                if axes is None:
                     continue
-                if x.ndim != len(spec.axes):
-                    raise ValueError(f"{op}: {self.label(name)} must be {len(spec.axes)}-D, got {shape_str(x)}")
+                if x.ndim != len(axes):
+                    raise ValueError(f"{op}: {self.label(name)} must be {len(axes)}-D, got {shape_str(x)}")
                 check_kind(op, self.label(name), x, spec.kind)
-                for ax, n in zip(spec.axes, (int(d) for d in x.shape), strict=True):
+                for ax, n in zip(axes, (int(d) for d in x.shape), strict=True):
                     if ax is None:
                         continue
                     if ax not in sizes:
@@ -578,7 +587,7 @@ class Args:
                 raise ValueError(f"{op}: in_specs gives a spec for {name}, which is not passed")
             if not isinstance(spec, P):
                 raise TypeError(f"{op}: the in_specs entry of {name} must be a PartitionSpec, got {spec!r}")
-            axes = tuple(user_axes.get(name, self.field_spec(name).axes or ()))
+            axes = tuple(user_axes.get(name, self.axes_of(name) or ()))
             entries = tuple(spec)
             if len(entries) > len(axes):
                 raise ValueError(
@@ -619,13 +628,14 @@ class Args:
         for name in self.present():
             spec = self.field_spec(name)
             x = getattr(self, name)
-            if spec.axes is None:
+            axes = self.axes_of(name)
+            if axes is None:
                 specs[name] = P()
                 continue
             specs[name] = P(
                 *(
                     axes_map.get(ax) if ax is not None and not (spec.broadcast and int(d) == 1) else None
-                    for ax, d in zip(spec.axes, x.shape, strict=True)
+                    for ax, d in zip(axes, x.shape, strict=True)
                 )
             )
         return ShardPlan(axes=axes_map, specs=specs)

@@ -53,5 +53,6 @@ def paged_decode(
         num_sinks=np.int32(num_sinks),
         stages=np.int32(stages),
         variant=np.int32(variant),
+        heads_major=np.int32(args.heads_major),  # the kernel reads either cache layout in place
     )
     return out[:, None] if args.query_had_seq_axis else out

@@ -2,7 +2,9 @@
 
 Each step gathers ``pages_per_step`` pages of every sequence (``cache[block_tables[:, chunk]]``),
 computes their logits and folds them into an online softmax, so temporary memory is one chunk,
-not the whole context. The loop stops after the longest context (and, with a sliding window,
+not the whole context. Pages are gathered from the cache as it is laid out (either
+``cache_layout``) and the einsums name the gathered pages' axes in that order: a transposed cache
+would be a copy of the whole cache on every call, where the gathered chunk is a small part of it. The loop stops after the longest context (and, with a sliding window,
 starts at the earliest page any sequence still needs). Tokens past a sequence's context are
 masked and their values zeroed, so garbage (even NaN) in unused pages never reaches the output.
 """
@@ -38,17 +40,30 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
         first = jnp.maximum(jnp.min(jnp.where(lens > 0, lens, jnp.max(lens))) - 1 - args.sliding_window[0], 0)
         s_lo = jnp.minimum(first // chunk, s_hi).astype(jnp.int32)
 
+    # The gathered pages as the einsums read them: this library's layout as [b, chunk, hk, d]
+    # (a view of [b, pps, bs, hk, d]); the earlier one as [b, pps, hk, bs, d], tokens (p, t).
+    if args.heads_major:
+        kv_axes, tok_axes, tok_shape, valid_kv = "bphtd", "pt", (pps, bs), (b, pps, 1, bs, 1)
+    else:
+        kv_axes, tok_axes, tok_shape, valid_kv = "bthd", "t", (chunk,), (b, chunk, 1, 1)
+
+    def gather(cache, pages, dim):
+        x = cache.at[pages].get(mode="clip").astype(cdt)
+        return x if args.heads_major else x.reshape(b, chunk, hk, dim)
+
     def step(s, carry):
         m_i, l_i, acc = carry
         pages = lax.dynamic_slice_in_dim(tables, s * pps, pps, 1)  # [b, pps]
-        k_t = args.key_cache.at[pages].get(mode="clip").reshape(b, chunk, hk, d).astype(cdt)
-        v_t = args.value_cache.at[pages].get(mode="clip").reshape(b, chunk, hk, dv).astype(cdt)
+        k_t = gather(args.key_cache, pages, d)
+        v_t = gather(args.value_cache, pages, dv)
         pos = s * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        valid = pos[None, :] < lens[:, None]  # [b, chunk]
+        valid = pos[None, :] < lens[:, None]  # [b, chunk], token p * bs + t
         if args.sliding_window is not None:
             valid &= pos[None, :] >= lens[:, None] - 1 - args.sliding_window[0]
-        v_t = jnp.where(valid[:, :, None, None], v_t, 0)
-        logits = jnp.einsum("bhgd,bthd->bhgt", q, k_t, precision=precision, preferred_element_type=F32)
+        v_t = jnp.where(valid.reshape(valid_kv), v_t, 0)
+        logits = jnp.einsum(
+            f"bhgd,{kv_axes}->bhg{tok_axes}", q, k_t, precision=precision, preferred_element_type=F32
+        ).reshape(b, hk, g, chunk)
         logits = logits * args.softmax_scale
         if args.logits_soft_cap is not None:
             logits = args.logits_soft_cap * jnp.tanh(logits / args.logits_soft_cap)
@@ -57,7 +72,8 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
         m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
         p = jnp.exp(logits - m_safe[..., None])
         alpha = jnp.exp(m_i - m_safe)
-        pv = jnp.einsum("bhgt,bthd->bhgd", p.astype(cdt), v_t, precision=precision, preferred_element_type=F32)
+        p_tok = p.astype(cdt).reshape(b, hk, g, *tok_shape)
+        pv = jnp.einsum(f"bhg{tok_axes},{kv_axes}->bhgd", p_tok, v_t, precision=precision, preferred_element_type=F32)
         return m_new, l_i * alpha + p.sum(axis=-1), acc * alpha[..., None] + pv
 
     init = (jnp.full((b, hk, g), -jnp.inf, F32), jnp.zeros((b, hk, g), F32), jnp.zeros((b, hk, g, dv), F32))

@@ -15,8 +15,10 @@ __all__ = ["page_attention"]
 @define(PageAttention)
 def page_attention(
     query: Float[Array, "batch num_heads head_dim"] | Float[Array, "batch 1 num_heads head_dim"],
-    key_cache: Float[Array, "num_blocks block_size num_kv_heads head_dim"],
-    value_cache: Float[Array, "num_blocks block_size num_kv_heads value_head_dim"],
+    key_cache: Float[Array, "num_blocks block_size num_kv_heads head_dim"]
+    | Float[Array, "num_blocks num_kv_heads block_size head_dim"],
+    value_cache: Float[Array, "num_blocks block_size num_kv_heads value_head_dim"]
+    | Float[Array, "num_blocks num_kv_heads block_size value_head_dim"],
     context_lens: Int[Array, "batch"],
     block_tables: Int[Array, "batch max_blocks"],
     *,
@@ -24,7 +26,7 @@ def page_attention(
     logits_soft_cap: float | None = None,
     sliding_window: int | tuple[int, int] | None = None,
     softmax_aux: Float[Array, "num_heads"] | Float[Array, "num_heads num_sinks"] | None = None,
-    cache_layout: Literal["auto", "blocks_tokens_heads", "blocks_heads_tokens"] = "auto",
+    cache_layout: Literal["blocks_tokens_heads", "blocks_heads_tokens"] = "blocks_tokens_heads",
     attn_scale: float | None = None,
     attn_logits_soft_cap: float | None = None,
     num_splits: int | None = None,
@@ -41,10 +43,15 @@ def page_attention(
     position, ``context_lens[b] - 1``, so it attends every cached token (no causal mask needed).
     Pages past the context may hold anything (even NaN): they are never read into the result.
 
+    The caches are read where they are, in either layout (``cache_layout``): no implementation
+    copies or transposes them.
+
     Args:
-        query: ``[batch, num_heads, head_dim]`` or ``[batch, 1, num_heads, head_dim]``.
-        key_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
-        value_cache: ``[num_blocks, block_size, num_kv_heads, value_head_dim]``.
+        query: ``[batch, num_heads, head_dim]`` or ``[batch, 1, num_heads, head_dim]``;
+            ``num_heads`` a multiple of ``num_kv_heads``.
+        key_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (with
+            ``cache_layout="blocks_heads_tokens"``: ``[num_blocks, num_kv_heads, block_size, head_dim]``).
+        value_cache: ``[num_blocks, block_size, num_kv_heads, value_head_dim]``, in the key cache's layout.
         context_lens: ``[batch]`` int, each in ``[0, max_blocks * block_size]`` (0 → zeros out).
         block_tables: ``[batch, max_blocks]`` int page indices, each used one (the first
             ``ceil(context_lens[b] / block_size)`` of a row) in ``[0, num_blocks)``.
@@ -57,11 +64,12 @@ def page_attention(
         sliding_window: ``w`` or ``(left, right)``: attend only the last ``left + 1`` tokens
             (``right`` has no effect: no cached token follows the query).
         softmax_aux: attention-sink logits ``[num_heads]`` (one per head), ``[num_sinks]`` (any other length: shared by every head) or ``[num_heads, num_sinks]``.
-        cache_layout: ``"blocks_tokens_heads"`` (``[num_blocks, block_size, num_kv_heads, dim]``,
-            this library's) or ``"blocks_heads_tokens"`` (``[num_blocks, num_kv_heads,
-            block_size, dim]``, earlier ejkernel releases'; transposed once per call). ``"auto"``
-            (default) reads it from the shapes when only one layout fits (its kv heads must
-            divide ``num_heads``) and asks for it otherwise.
+        cache_layout: how the caches are laid out: ``"blocks_tokens_heads"`` (default, this
+            library's: ``[num_blocks, block_size, num_kv_heads, dim]``) or ``"blocks_heads_tokens"``
+            (earlier ejkernel releases': ``[num_blocks, num_kv_heads, block_size, dim]``; the
+            default of their import paths, ``ejkernel.kernels._<backend>.page_attention``). It is
+            never guessed from the shapes, which often fit both (a cache ``[n, 16, 4, 128]``
+            with 16 query heads is 16-token pages of 4 kv heads or 4-token pages of 16).
         attn_scale, attn_logits_soft_cap: earlier names of ``softmax_scale``, ``logits_soft_cap``.
         num_splits, pages_per_compute_block: config hints (``PageAttentionConfig.num_splits``,
             and ``tokens_per_block = pages_per_compute_block * block_size``); ``cfg`` wins.

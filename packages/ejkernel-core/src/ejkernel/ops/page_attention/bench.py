@@ -4,7 +4,9 @@ Paged decode is memory-bound: every sequence at full ``--context`` on randomly p
 bytes = K and V rows read + query read + output written, reported as GB/s next to ``peak_gbps``,
 a device-to-device copy measured in the same run. Peers: ``jax.nn.dot_product_attention`` decode
 over the same cache gathered to a dense ``[b, context, hk, d]`` layout (the gather is outside the
-timed region), ``"cudnn"`` on GPU and ``"xla"``.
+timed region), ``"cudnn"`` on GPU and ``"xla"``. ``--cache-layout`` picks the cache's layout
+(``both``: a row per layout on the same values, to compare them; each row has its own peers, so
+each has its ratio).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..benchmark import BenchCase, OpBench, Peer
 from ..device import device_for_arrays
 from ..flash_attention.bench import make_check
 from ..timing import measure_copy_gbps
+from .op import CACHE_LAYOUTS, DEFAULT_CACHE_LAYOUT
 from .reference import page_attention_reference
 
 __all__ = ["BENCH", "PageAttentionBench", "PageShape"]
@@ -58,6 +61,12 @@ class PageAttentionBench(OpBench):
         p.add_argument("--d", type=int, default=64, help="head dim")
         p.add_argument("--context", type=int, action="append", help="context length (repeatable; default 1024)")
         p.add_argument("--block-size", type=int, default=16, help="tokens per page")
+        p.add_argument(
+            "--cache-layout",
+            choices=[*CACHE_LAYOUTS, "both"],
+            default=DEFAULT_CACHE_LAYOUT,
+            help=f"the caches' layout (default {DEFAULT_CACHE_LAYOUT}); both: one row per layout",
+        )
 
     def shapes(self, ns: argparse.Namespace) -> list[PageShape]:
         shapes = [
@@ -88,6 +97,8 @@ class PageAttentionBench(OpBench):
             nbytes = 2 * s.b * s.context * s.hk * s.d * jdt.itemsize + 2 * q.nbytes
             if peak is None:
                 peak = measure_copy_gbps(min(2 * kc.nbytes, 2**31), getattr(ns, "repeats", 10))
+            layout_opt = getattr(ns, "cache_layout", DEFAULT_CACHE_LAYOUT)
+            layouts = list(CACHE_LAYOUTS) if layout_opt == "both" else [layout_opt]
             case_peers = []
             if peers:
                 kd = kc[tables].reshape(s.b, -1, s.hk, s.d)[:, : s.context]
@@ -106,18 +117,24 @@ class PageAttentionBench(OpBench):
                     q[:n], kc, vc, lens[:n], tables[:n], dtype=jdt, precision=LOW_PRECISION
                 ).astype(jdt)
                 check_fn = make_check(dtype, ref32, ref_low, lambda o, n=n: o[:n])
-            out.append(
-                BenchCase(
-                    label=s.label(),
-                    fields=dataclasses.asdict(s),
-                    arrays=(q, kc, vc, lens, tables),
-                    options={"cache_layout": "blocks_tokens_heads"},
-                    cost=nbytes,
-                    peers=case_peers,
-                    check=check_fn,
-                    extra={"peak_gbps": peak},
+            for layout in layouts:
+                if layout == DEFAULT_CACHE_LAYOUT:
+                    caches = (kc, vc)
+                else:  # the same values, [num_blocks, num_kv_heads, block_size, d]
+                    caches = (jnp.swapaxes(kc, 1, 2), jnp.swapaxes(vc, 1, 2))
+                out.append(
+                    BenchCase(
+                        label=s.label() if len(layouts) == 1 else f"{s.label()} {layout}",
+                        fields={**dataclasses.asdict(s), "cache_layout": layout},
+                        arrays=(q, *caches, lens, tables),
+                        options={"cache_layout": layout},
+                        cost=nbytes,
+                        peers=case_peers,
+                        check=check_fn,
+                        extra={"peak_gbps": peak},
+                    )
                 )
-            )
+            del kc, vc  # only the layouts asked for stay alive while they are timed
         return out
 
 

@@ -5,12 +5,13 @@ value head dims, 4-D queries, empty contexts."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ARG_SPECS", "CASES", "FULL_CASES", "PageAttentionCase", "make_page_inputs"]
+__all__ = ["ARG_SPECS", "CASES", "FULL_CASES", "PageAttentionCase", "cache_sized_writes", "make_page_inputs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +50,28 @@ _PAGE_BASE = (
     PageAttentionCase("window", context_lens=(70, 9, 40), window=12, block_size=8),
     PageAttentionCase("sinks", context_lens=(31, 0, 64), sinks=2, h=4, hk=2),
     PageAttentionCase("dv-differs", context_lens=(19, 40), d=64, dv=32, block_size=4),
+    # Earlier releases' layout [num_blocks, num_kv_heads, block_size, dim], read in place.
     PageAttentionCase(
         "heads-major", context_lens=(25, 8, 64), h=8, hk=2, block_size=8, cache_layout="blocks_heads_tokens"
     ),
+    PageAttentionCase(
+        "heads-major-features",
+        context_lens=(70, 0, 9, 33),
+        h=6,
+        hk=2,
+        block_size=8,
+        window=20,
+        sinks=2,
+        soft_cap=5.0,
+        query_4d=True,
+        cache_layout="blocks_heads_tokens",
+    ),
+    PageAttentionCase(
+        "heads-major-dv", context_lens=(19, 40), d=64, dv=32, block_size=4, cache_layout="blocks_heads_tokens"
+    ),
 )
 CASES: tuple[PageAttentionCase, ...] = _PAGE_BASE + tuple(
-    c.with_dtype("bfloat16") for c in _PAGE_BASE if c.name in ("ragged", "gqa4", "sinks")
+    c.with_dtype("bfloat16") for c in _PAGE_BASE if c.name in ("ragged", "gqa4", "sinks", "heads-major")
 )
 FULL_CASES: tuple[PageAttentionCase, ...] = _PAGE_BASE + tuple(
     c.with_dtype(dt) for dt in ("bfloat16", "float16") for c in _PAGE_BASE
@@ -103,3 +120,20 @@ def make_page_inputs(case: PageAttentionCase, seed: int = 0) -> dict[str, Any]:
     if case.sinks:
         kw["softmax_aux"] = jnp.asarray(rng.standard_normal((case.h, case.sinks)), dtype)
     return kw
+
+
+def cache_sized_writes(hlo: str, cache_shape: tuple[int, ...]) -> list[str]:
+    """Instructions of a compiled module's text (``jit(f).lower(...).compile().as_text()``) that
+    write a new array at least as large as a cache of ``cache_shape``: anything but parameters
+    and views of them (bitcasts, tuple elements). With a cache much larger than the pages a call
+    reads, each one is a copy or transpose of the cache."""
+    size = int(np.prod(cache_shape))
+    out = []
+    for line in hlo.splitlines():
+        m = re.match(r"\s*(?:ROOT )?%\S+ = \w+\[([\d,]*)\]\S* ([\w-]+)\(", line)
+        if m is None or m.group(2) in ("parameter", "bitcast", "get-tuple-element"):
+            continue
+        dims = [int(n) for n in m.group(1).split(",") if n]
+        if dims and int(np.prod(dims)) >= size:
+            out.append(line.strip())
+    return out

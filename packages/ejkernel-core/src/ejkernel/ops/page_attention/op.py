@@ -26,7 +26,38 @@ from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..op import Op
 
-__all__ = ["PageAttention", "PageAttentionArgs", "PageAttentionConfig"]
+__all__ = [
+    "CACHE_LAYOUTS",
+    "DEFAULT_CACHE_LAYOUT",
+    "EARLIER_CACHE_LAYOUT",
+    "PageAttention",
+    "PageAttentionArgs",
+    "PageAttentionConfig",
+]
+
+#: This library's cache layout, ``[num_blocks, block_size, num_kv_heads, dim]`` (the default).
+DEFAULT_CACHE_LAYOUT = "blocks_tokens_heads"
+#: Earlier ejkernel releases' layout, ``[num_blocks, num_kv_heads, block_size, dim]``.
+EARLIER_CACHE_LAYOUT = "blocks_heads_tokens"
+#: Layout name → the caches' axes (the last is the head dim).
+CACHE_LAYOUTS: dict[str, tuple[str, str, str]] = {
+    DEFAULT_CACHE_LAYOUT: ("num_blocks", "block_size", "num_kv_heads"),
+    EARLIER_CACHE_LAYOUT: ("num_blocks", "num_kv_heads", "block_size"),
+}
+
+
+def parse_cache_layout(op: str, name: str, x: Any) -> str:
+    """Parser of ``cache_layout``: one of :data:`CACHE_LAYOUTS`."""
+    if x == "auto":
+        raise ValueError(
+            f"{op}: cache_layout='auto' is not accepted: a cache's shape cannot tell the layouts apart "
+            "(e.g. [num_blocks, 16, 4, dim] with 16 query heads fits both); pass "
+            f"{DEFAULT_CACHE_LAYOUT!r} ([num_blocks, block_size, num_kv_heads, dim], the default) or "
+            f"{EARLIER_CACHE_LAYOUT!r} ([num_blocks, num_kv_heads, block_size, dim])"
+        )
+    if x not in CACHE_LAYOUTS:
+        raise ValueError(f"{op}: {name} must be one of {tuple(CACHE_LAYOUTS)}, got {x!r}")
+    return x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +101,9 @@ class PageAttentionArgs(
     and ``query_had_seq_axis`` restores it on the output). The query sits at position
     ``context_lens[b] - 1``: it attends cached tokens ``0 .. context_lens[b] - 1``, or with a
     window ``(left, right)`` only those ``>= context_lens[b] - 1 - left``.
+
+    The caches stay as the caller laid them out (never transposed: a cache is most of the
+    device's memory): ``cache_layout`` says which, and :meth:`axes_of` reads their axes by it.
     """
 
     query: Any = array("batch", "num_heads", "head_dim", ranks=(3, 4))
@@ -82,6 +116,18 @@ class PageAttentionArgs(
     logits_soft_cap: float | None = static(None, key="presence", parse=positive_float)
     sliding_window: tuple[int, int] | None = static(None, parse=window)
     query_had_seq_axis: bool = static(False)
+    cache_layout: str = static(DEFAULT_CACHE_LAYOUT, parse=parse_cache_layout)
+
+    def axes_of(self, name: str) -> tuple[str | None, ...] | None:
+        axes = super().axes_of(name)
+        if name in ("key_cache", "value_cache") and axes is not None:
+            return (*CACHE_LAYOUTS[self.cache_layout], axes[3])
+        return axes
+
+    @property
+    def heads_major(self) -> bool:
+        """The caches are ``[num_blocks, num_kv_heads, block_size, dim]`` (earlier releases')."""
+        return self.cache_layout == EARLIER_CACHE_LAYOUT
 
     @property
     def num_groups(self) -> int:
@@ -111,7 +157,6 @@ class PageAttention(Op):
     features: ClassVar[dict[str, tuple[str, Any]]] = FEATURES
 
     param_aliases: ClassVar[dict[str, str]] = {"attn_scale": "softmax_scale", "attn_logits_soft_cap": "logits_soft_cap"}
-    LAYOUTS: ClassVar[tuple[str, ...]] = ("auto", "blocks_tokens_heads", "blocks_heads_tokens")
 
     def config_hints(self, p: dict[str, Any]) -> dict[str, Any]:
         splits = static_int(self.name, "num_splits", p.pop("num_splits", None), minimum=0)
@@ -120,10 +165,7 @@ class PageAttention(Op):
         if splits:  # 0: the heuristic decides, as before
             hints["num_splits"] = splits
         if pages is not None:
-            cache = p.get("key_cache")
-            if not hasattr(cache, "shape") or len(cache.shape) != 4:
-                raise ValueError(f"{self.name}: pages_per_compute_block needs a 4-D key_cache")
-            hints["tokens_per_block"] = pages * int(cache.shape[self._block_axis(p)])
+            hints["tokens_per_block"] = pages * self._block_size(p, "pages_per_compute_block")
         return hints
 
     def canonical_config(self, cfg: PageAttentionConfig, p: dict[str, Any]) -> PageAttentionConfig:
@@ -132,43 +174,40 @@ class PageAttention(Op):
             changes["num_splits"] = None
         if cfg.pages_per_compute_block is not None:
             if cfg.tokens_per_block is None:
-                cache = p.get("key_cache")
-                if not hasattr(cache, "shape") or len(cache.shape) != 4:
-                    raise ValueError(f"{self.name}: cfg.pages_per_compute_block needs a 4-D key_cache")
-                changes["tokens_per_block"] = cfg.pages_per_compute_block * int(cache.shape[self._block_axis(p)])
+                block_size = self._block_size(p, "cfg.pages_per_compute_block")
+                changes["tokens_per_block"] = cfg.pages_per_compute_block * block_size
             changes["pages_per_compute_block"] = None
         return dataclasses.replace(cfg, **changes) if changes else cfg
 
-    def _block_axis(self, p: dict[str, Any]) -> int:
-        return 2 if self._layout(p) == "blocks_heads_tokens" else 1
+    def _block_size(self, p: dict[str, Any], what: str) -> int:
+        cache = p.get("key_cache")
+        if not hasattr(cache, "shape") or len(cache.shape) != 4:
+            raise ValueError(f"{self.name}: {what} needs a 4-D key_cache")
+        layout = parse_cache_layout(self.name, "cache_layout", p.get("cache_layout", DEFAULT_CACHE_LAYOUT))
+        return int(cache.shape[CACHE_LAYOUTS[layout].index("block_size")])
 
-    def _layout(self, p: dict[str, Any]) -> str:
-        layout = p.get("cache_layout", "auto")
-        if layout not in self.LAYOUTS:
-            raise ValueError(f"{self.name}: cache_layout must be one of {self.LAYOUTS}, got {layout!r}")
-        if layout != "auto":
-            return layout
-        q, kc = p.get("query"), p.get("key_cache")
-        if not (hasattr(q, "shape") and hasattr(kc, "shape") and len(kc.shape) == 4 and len(q.shape) in (3, 4)):
-            return "blocks_tokens_heads"  # the shape checks report what is wrong
+    def _check_heads(self, q: Any, layout: str, p: dict[str, Any]) -> None:
+        """Query heads against the kv heads of ``layout``, before anything reads the caches by it."""
+        kc = p["key_cache"]
         h = int(q.shape[-2])
-        fits = [
-            name
-            for name, heads in (("blocks_tokens_heads", kc.shape[2]), ("blocks_heads_tokens", kc.shape[1]))
-            if heads and h % int(heads) == 0
-        ]
-        if len(fits) == 1:
-            return fits[0]
-        raise ValueError(
-            f"{self.name}: key_cache {shape_str(kc)} fits both cache layouts with {h} query heads: "
-            f"[num_blocks, block_size={kc.shape[1]}, num_kv_heads={kc.shape[2]}, dim] and "
-            f"[num_blocks, num_kv_heads={kc.shape[1]}, block_size={kc.shape[2]}, dim]; pass "
-            "cache_layout='blocks_tokens_heads' or 'blocks_heads_tokens'"
+        axis = CACHE_LAYOUTS[layout].index("num_kv_heads")
+        hk = int(kc.shape[axis])
+        if hk == 0 or h % hk == 0:  # an empty axis: the shape checks report it
+            return
+        names = ", ".join(CACHE_LAYOUTS[layout])
+        msg = (
+            f"{self.name}: query has {h} heads, not a multiple of key_cache's {hk} kv heads: query {shape_str(q)}, "
+            f"key_cache {shape_str(kc)} read as [{names}, head_dim] (cache_layout={layout!r})"
         )
+        other = next(name for name in CACHE_LAYOUTS if name != layout)
+        other_hk = int(kc.shape[CACHE_LAYOUTS[other].index("num_kv_heads")])
+        if other_hk and h % other_hk == 0:
+            msg += f"; if the cache is [{', '.join(CACHE_LAYOUTS[other])}, head_dim], pass cache_layout={other!r}"
+        raise ValueError(msg)
 
     def canonicalize(self, p: dict[str, Any]) -> PageAttentionArgs:
         op = self.name
-        layout = self._layout(p)
+        layout = parse_cache_layout(op, "cache_layout", p.pop("cache_layout", DEFAULT_CACHE_LAYOUT))
         # Documented no-ops (see the function's docstring), type-checked all the same.
         static_int(op, "max_context_len", p.pop("max_context_len", None), minimum=0)
         static_float(op, "mask_value", p.pop("mask_value", None), positive=False)
@@ -176,11 +215,8 @@ class PageAttention(Op):
         mode = p.pop("megacore_mode", None)
         if mode is not None and not isinstance(mode, str):
             raise TypeError(f"{op}: megacore_mode must be a str or None, got {type(mode).__name__}")
-        p.pop("cache_layout", None)
-        if layout == "blocks_heads_tokens":
-            p["key_cache"] = jnp.swapaxes(p["key_cache"], 1, 2)
-            p["value_cache"] = jnp.swapaxes(p["value_cache"], 1, 2)
         q = p["query"]
+        self._check_heads(q, layout, p)
         had_seq = q.ndim == 4
         if had_seq:
             if q.shape[1] != 1:
@@ -197,7 +233,9 @@ class PageAttention(Op):
             # [num_heads]: one sink per head; any other length: [num_sinks] shared by every head.
             h = int(q.shape[-2])
             aux = aux[:, None] if aux.shape[0] == h else jnp.broadcast_to(aux[None, :], (h, aux.shape[0]))
-        return PageAttentionArgs.build(op, p, query=q, softmax_aux=aux, softmax_scale=scale, query_had_seq_axis=had_seq)
+        return PageAttentionArgs.build(
+            op, p, query=q, softmax_aux=aux, softmax_scale=scale, query_had_seq_axis=had_seq, cache_layout=layout
+        )
 
     def value_rules(self, a: PageAttentionArgs) -> list[ValueRule]:
         def bad_table(xp: Any, tables: Any, lens: Any) -> Any:

@@ -6,11 +6,13 @@ the block table in SMEM (scalar prefetch), into one of two VMEM slots. While ste
 attended, the copies for the next working step (of this or a later sequence, see ``_plan.py``)
 already run into the other slot, so the DMA engine never idles between steps.
 
-A copy moves a whole page ``[block_size, num_kv_heads, head_dim]`` (contiguous in the cache's
-layout); each kv head's ``[block_size, head_dim]`` rows are then read from VMEM with a strided
-load, and its ``groups`` query heads attend them together (GQA without repeating K/V). Tokens
-past the context, or before a sliding window, are masked, and their values zeroed, so whatever
-the unused slots of a page hold (even NaN) never reaches the output.
+A copy moves a whole page as the cache lays it out, ``[block_size, num_kv_heads, head_dim]`` or
+(``heads_major``) ``[num_kv_heads, block_size, head_dim]``: contiguous either way, so the cache is
+read in place. Each kv head's ``[block_size, head_dim]`` rows are then read from VMEM (a strided
+load in the first layout, a whole tile in the second), and its ``groups`` query heads attend them
+together (GQA without repeating K/V). Tokens past the context, or before a sliding window, are
+masked, and their values zeroed, so whatever the unused slots of a page hold (even NaN) never
+reaches the output.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class DecodeSpec:
     soft_cap: float | None
     window_left: int | None
     num_sinks: int
+    heads_major: bool
 
 
 def _decode_kernel(
@@ -96,6 +99,9 @@ def _decode_kernel(
         first_token = 0 if spec.window_left is None else jnp.maximum(length - 1 - spec.window_left, 0)
         qs = [q_ref[j] for j in range(hk)]  # [groups, d] per kv head
 
+        def head_rows(buf, p, j):  # [bs, d]: kv head j of every token of page p, as the cache lays it out
+            return buf[slot, p, j, :, :] if spec.heads_major else buf[slot, p, :, j, :]
+
         def body(p, carry):
             page_no = t * pps + p
 
@@ -106,7 +112,7 @@ def _decode_kernel(
                 pos_v = page_no * bs + jax.lax.broadcasted_iota(jnp.int32, (bs, spec.head_dim_v), 0)
                 valid_v = jnp.logical_and(pos_v < length, pos_v >= first_token)  # [bs, dv]
                 for j in range(hk):
-                    k = k_buf[slot, p, :, j, :]  # [bs, d]: kv head j of every token of the page
+                    k = head_rows(k_buf, p, j)
                     s = jax.lax.dot_general(qs[j], k, NT_DIMS, preferred_element_type=F32) * spec.scale
                     if spec.soft_cap is not None:
                         s = spec.soft_cap * jnp.tanh(s / spec.soft_cap)
@@ -117,7 +123,7 @@ def _decode_kernel(
                     alpha = jnp.exp(m_prev - m_next)
                     l_scr[j] = alpha * l_prev + jnp.sum(prob, axis=1)[:, None]
                     m_scr[j] = m_next
-                    v = jnp.where(valid_v, v_buf[slot, p, :, j, :], 0)  # [bs, dv]
+                    v = jnp.where(valid_v, head_rows(v_buf, p, j), 0)  # [bs, dv]
                     pv = jax.lax.dot(prob.astype(v.dtype), v, preferred_element_type=F32)
                     acc_scr[j] = acc_scr[j] * lanes(alpha, spec.head_dim_v) + pv
 
@@ -173,11 +179,17 @@ def page_attention(
     soft_cap: float | None,
     window_left: int | None,
     pages_per_step: int,
+    heads_major: bool = False,
 ) -> Any:
-    """``query [b, h, d]`` over caches ``[num_blocks, block_size, hk, d (dv)]`` → ``[b, h, dv]``."""
+    """``query [b, h, d]`` over caches ``[num_blocks, block_size, hk, d (dv)]`` (``heads_major``:
+    ``[num_blocks, hk, block_size, d (dv)]``) → ``[b, h, dv]``."""
     b, h, d = query.shape
-    num_blocks, bs, hk, dv = value_cache.shape
+    if heads_major:
+        num_blocks, hk, bs, dv = value_cache.shape
+    else:
+        num_blocks, bs, hk, dv = value_cache.shape
     g = h // hk
+    page = (hk, bs) if heads_major else (bs, hk)  # a page's leading axes, as the cache lays them out
     plan, steps = plan_decode(
         context_lens, block_tables,
         block_size=bs, pages_per_step=pages_per_step, num_blocks=num_blocks, window_left=window_left,
@@ -185,7 +197,7 @@ def page_attention(
     spec = DecodeSpec(
         batch=b, num_kv_heads=hk, groups=g, head_dim=d, head_dim_v=dv, block_size=bs,
         pages_per_step=pages_per_step, steps=steps, scale=scale, soft_cap=soft_cap, window_left=window_left,
-        num_sinks=0 if softmax_aux is None else int(softmax_aux.shape[1]),
+        num_sinks=0 if softmax_aux is None else int(softmax_aux.shape[1]), heads_major=heads_major,
     )  # fmt: skip
 
     def seq_map(bi, t, *_):
@@ -208,8 +220,8 @@ def page_attention(
             in_specs=in_specs,
             out_specs=pl.BlockSpec((None, hk, g, dv), seq_map),
             scratch_shapes=[
-                pltpu.VMEM((2, pages_per_step, bs, hk, d), key_cache.dtype),  # two K slots
-                pltpu.VMEM((2, pages_per_step, bs, hk, dv), value_cache.dtype),  # two V slots
+                pltpu.VMEM((2, pages_per_step, *page, d), key_cache.dtype),  # two K slots
+                pltpu.VMEM((2, pages_per_step, *page, dv), value_cache.dtype),  # two V slots
                 pltpu.SemaphoreType.DMA((2,)),
                 pltpu.SemaphoreType.DMA((2,)),
                 pltpu.SMEM((1,), jnp.int32),  # the slot the current step reads

@@ -51,6 +51,7 @@ class PallasTpuPageAttention(KernelImpl):
             args.head_dim,
             args.value_head_dim,
             args.key_cache.dtype,
+            args.heads_major,
         )
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
@@ -60,14 +61,8 @@ class PallasTpuPageAttention(KernelImpl):
         return [PageAttentionConfig(tokens_per_block=t, num_splits=1) for t in H.candidates(*self._shape(args))]
 
     def validate_cfg(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> None:
-        H.check(
-            cfg.tokens_per_block,
-            args.block_size,
-            args.num_kv_heads,
-            args.head_dim,
-            args.value_head_dim,
-            args.key_cache.dtype,
-        )
+        block_size, _, *rest = self._shape(args)
+        H.check(cfg.tokens_per_block, block_size, *rest)
         if cfg.num_splits not in (None, 1):
             raise ValueError(
                 f"pallas page_attention does not split the context (num_splits must be 1, got {cfg.num_splits})"
@@ -89,5 +84,6 @@ class PallasTpuPageAttention(KernelImpl):
             soft_cap=args.logits_soft_cap,
             window_left=None if args.sliding_window is None else args.sliding_window[0],
             pages_per_step=max(1, pages),
+            heads_major=args.heads_major,
         )
         return out[:, None] if args.query_had_seq_axis else out
