@@ -241,7 +241,7 @@ def test_pip_installs_core_xla_then_triton_from_the_wheelhouse(wheelhouse, env, 
             env=env,
             timeout=300,
         )
-        assert res.returncode != 0 and "pip install ejkernel-core[xla]" in res.stderr, res.stderr[-3000:]
+        assert res.returncode != 0 and "pip install 'ejkernel-core[xla]'" in res.stderr, res.stderr[-3000:]
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # 1.5 GB with triton
 
