@@ -142,7 +142,8 @@ def packaging(session: nox.Session) -> None:
     """The README's install commands, each in a fresh environment: ``uv sync --extra xla`` in a copy
     of the checkout, and the wheelhouse (CUDA wheel for one architecture) + ``pip install
     --find-links dist "ejkernel-core[xla]"`` / ``[triton]``, each with a call on the CPU; the
-    ``[gpu]`` installs are resolved only."""
+    ``[gpu]`` installs are resolved only. And the main job, ``bash scripts/demo.sh``, with every
+    other code block of the README run as written in the ``.venv`` it makes."""
     session.install("pytest", "pytest-timeout", "uv")
     session.run(
         "pytest",
