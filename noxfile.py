@@ -176,7 +176,8 @@ def packaging(session: nox.Session) -> None:
     of the checkout, and the wheelhouse (CUDA wheel for one architecture, built offline from the
     hash-checked build requirements it collects) + ``pip install --find-links dist
     "ejkernel-core[xla]"`` / ``[triton]``, each with a call on the CPU; the ``[gpu]`` installs are
-    resolved only."""
+    resolved only. And the main job, ``bash scripts/demo.sh``, with every other code block of the
+    README run as written in the ``.venv`` it makes."""
     session.install("pytest", "pytest-timeout", "uv")
     session.run(
         "pytest",

@@ -257,6 +257,35 @@ def test_bench_argument_errors_are_usage_errors(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("option", "where", "message"),
+    [
+        ("--json", "{file}/r.json", "cannot write there"),  # a folder that is a file
+        ("--json", "{tmp}", "is a folder"),
+        ("--plot", "{file}/sub/r.png", "cannot write there"),
+        ("--plot", "{tmp}/r.notaformat", "matplotlib cannot write .notaformat files"),
+    ],
+)
+def test_bench_checks_its_output_paths_before_measuring(tmp_path, capsys, monkeypatch, option, where, message):
+    from ejkernel.ops import benchmark
+
+    timed = []  # the timer's errors are caught and reported by bench: record its calls instead
+
+    def timer(*args, **kwargs):
+        timed.append(args)
+        raise AssertionError("measured before checking the output paths")
+
+    monkeypatch.setattr(benchmark, "device_ms", timer)
+    (tmp_path / "file").write_text("a file, not a folder")
+    path = where.format(file=tmp_path / "file", tmp=tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "flash_attention", "--shape", "1,8,8,2,2,16", "--repeats", "1", option, path])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option} {path}: {message}" in err and "before measuring" in err and "Traceback" not in err
+    assert timed == []
+
+
 def test_cache_list_and_clear(tmp_path, capsys):
     with policy(cache_dir=tmp_path, autotune=True, autotune_repeats=1):
         q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 19, 2, 8)), jnp.float32)

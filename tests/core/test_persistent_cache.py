@@ -1,10 +1,11 @@
 """The config caches: in memory (ConfigCache) and on disk (PersistentCache).
 
 Every on-disk test uses a file under ``tmp_path`` (or a scoped policy pointing there), never the
-user's real cache. Covered: the JSON format, atomic writes (no temp files left), the read snapshot
-refreshed when another writer changes the file, corrupt and foreign files reported once and
-moved aside (not deleted) at the next write, concurrent writers in processes and threads, and
-write failures that are reported and survived.
+user's real cache. Covered: the JSON format, atomic writes (no temp files left, and those of a
+killed writer removed), the read snapshot refreshed when another writer changes the file,
+corrupt and foreign files (and entries that are not records) reported once and moved aside (not
+deleted) at the next write, concurrent writers in processes and threads, and write failures that
+are reported and survived.
 """
 
 from __future__ import annotations
@@ -340,22 +341,52 @@ def test_a_changed_corrupt_file_is_reported_again(tmp_path, caplog):
     assert len(warnings_matching(caplog, "ignoring config cache")) == 2
 
 
-def test_entries_that_are_not_dicts_are_skipped(tmp_path, caplog):
+def test_entries_that_are_not_records_are_reported_and_moved_aside_never_dropped(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="ejkernel")
     path = tmp_path / "c.json"
-    entries = {"good": {"config": {}}, "int": 3, "list": [1, 2], "str": "x", "null": None, "also": {"config": {"a": 1}}}
+    odd = {"int": 3, "list": [1, 2], "str": "x", "null": None}
+    entries = {"good": {"config": {}}, **odd, "also": {"config": {"a": 1}}}
     path.write_text(json.dumps({"schema": SCHEMA_VERSION, "entries": entries}), encoding="utf-8")
     cache = PersistentCache(path)
     assert cache.get("good") == {"config": {}}
     assert cache.get("also") == {"config": {"a": 1}}
-    for key in ("int", "list", "str", "null"):
+    for key in odd:
         assert cache.get(key) is None
     assert list(cache) == ["also", "good"]
     assert len(cache) == 2
     assert warnings_matching(caplog, "ignoring config cache") == []  # a usable file, not a corrupt one
+    (report,) = warnings_matching(caplog, "entries of the config cache")
+    assert "ignoring 4 entries" in report.message and "int, list, null, str" in report.message
     assert cache.put("new", record())
-    assert {"also", "good", "new"} <= set(read_json(path)["entries"])
-    assert list(tmp_path.glob("*.corrupt-*")) == []
+    assert set(read_json(path)["entries"]) == {"also", "good", "new"}
+    (aside,) = tmp_path.glob("c.unreadable-*.json")
+    assert read_json(aside) == {"schema": SCHEMA_VERSION, "entries": odd}  # every value, as it was
+    assert len(warnings_matching(caplog, "that are not records aside to")) == 1
+    assert list(tmp_path.glob("*.corrupt-*")) == [] and temp_files(tmp_path) == []
+    assert cache.put("newer", record())  # moved once
+    assert len(list(tmp_path.glob("c.unreadable-*.json"))) == 1
+
+
+def _killed_mid_write(path: str) -> None:
+    cache = PersistentCache(path)
+    os.fsync = lambda fd: os._exit(9)  # dies after writing its temporary file, before the rename
+    cache.put("lost", {"config": {}})
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_writer(tmp_path):
+    path = tmp_path / "c.json"
+    assert PersistentCache(path).put("kept", record())
+    proc = multiprocessing.get_context("spawn").Process(target=_killed_mid_write, args=(str(path),))
+    proc.start()
+    proc.join(timeout=180)
+    assert proc.exitcode == 9
+    (left,) = temp_files(tmp_path)
+    assert "lost" in (tmp_path / left).read_text()  # the killed writer's payload, never renamed
+    cache = PersistentCache(path)
+    assert set(cache) == {"kept"}  # readers never see it
+    assert cache.put("next", record())
+    assert temp_files(tmp_path) == []
+    assert set(read_json(path)["entries"]) == {"kept", "next"}
 
 
 # -- write failures -------------------------------------------------------------------------------

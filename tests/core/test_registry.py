@@ -102,7 +102,13 @@ def test_explicit_platform_that_declines_is_an_error_with_its_reason():
     with pytest.raises(UnsupportedError, match="needs a GPU device") as info:
         reg.select("op", None, CPU, platform="triton")
     assert info.value.implementation == "triton"
-    with pytest.raises(NoImplementationError, match="asked for platform='cuda'"):
+    # A first-party backend that is not here is named with its install command.
+    with pytest.raises(NoImplementationError, match=r"'cuda' is not installed(.|\n)*ejkernel-core\[cuda\]"):
+        reg.select("op", None, CPU, platform="cuda")
+    # A platform no backend is known by lists what is registered.
+    reg = KernelRegistry(None, known_backends={})
+    reg.register("op", "xla", "any")(Fake())
+    with pytest.raises(NoImplementationError, match="asked for platform='cuda'; registered: xla"):
         reg.select("op", None, CPU, platform="cuda")
 
 

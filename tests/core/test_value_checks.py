@@ -59,6 +59,22 @@ def paged_tables(tables):
     return jax.jit(lambda t: ejkernel.page_attention(q, kc, vc, lens, t, cache_layout=LAYOUT))(tables)
 
 
+def _gmm(lhs_rows=10, local=4):
+    ks = jax.random.split(jax.random.key(3), 2)
+    return jax.random.normal(ks[0], (lhs_rows, 8)), jax.random.normal(ks[1], (local, 8, 6))
+
+
+def gmm_sizes(sizes):
+    lhs, rhs = _gmm()
+    return jax.jit(lambda s: ejkernel.grouped_matmul(lhs, rhs, s))(sizes)
+
+
+def gmm_offset(offset):
+    lhs, rhs = _gmm(local=2)  # 2 local groups of the 4 that group_sizes counts
+    sizes = jnp.array([2, 2, 3, 3], jnp.int32)
+    return jax.jit(lambda o: ejkernel.grouped_matmul(lhs, rhs, sizes, o))(offset)
+
+
 SEG_OK = np.repeat(np.arange(3), 4)[None].astype(np.int32)
 SEG_BAD = SEG_OK.copy()
 SEG_BAD[0, 7] = -3
@@ -74,6 +90,21 @@ CASES = [
     ("context_lens negative", paged_lens, [5, 12], [-2, 12], r"context_lens must be in \[0, "),
     ("block_tables past the cache", paged_tables, [[3, 1, 7], [0, 2, 6]], [[3, 1, 7], [0, 8, 6]], r"block_tables must"),
     ("block_tables negative", paged_tables, [[3, 1, 7], [0, 2, 6]], [[-1, 1, 7], [0, 2, 6]], r"block_tables must"),
+    # A bound on the sum blames the sum, not an element; a scalar has no index.
+    (
+        "group_sizes sum",
+        gmm_sizes,
+        [2, 2, 3, 3],
+        [2, 2, 3, 5],
+        r"must sum to at most m = 10 .*; got sum\(group_sizes\) = 12",
+    ),
+    (
+        "group_offset past the groups",
+        gmm_offset,
+        2,
+        9,
+        r"group_offset must be in \[0, .* = \[0, 2\] .*; got group_offset = 9",
+    ),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -138,3 +169,18 @@ def test_environment_variable():
         Policy(value_checks="maybe")
     with pytest.raises(ValueError, match="EJKERNEL_CHECKS='sometimes'"):
         Policy.from_env({"EJKERNEL_CHECKS": "sometimes"})
+
+
+def test_a_failed_check_is_not_logged_as_a_failed_callback_too(caplog):
+    """JAX logs a failing ``jax.debug.callback`` with its traceback; the error reaching the caller
+    already says it all, so a failed value check is not logged. Other callbacks still are."""
+    with ejkernel.checks(), pytest.raises(Exception, match="cum_seqlens_q must start at 0"):
+        jax.block_until_ready(varlen(_arr([0, 7, 5])))
+    assert not [r for r in caplog.records if "callback failed" in r.getMessage()]
+
+    def fails(x):
+        raise RuntimeError("not a value check")
+
+    with pytest.raises(Exception, match="not a value check"):
+        jax.block_until_ready(jax.jit(lambda x: jax.debug.callback(fails, x) or x)(jnp.ones(2)))
+    assert [r for r in caplog.records if "callback failed" in r.getMessage()]

@@ -31,13 +31,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from .conftest import HAVE_NVCC, ROOT, sh
+
 pytestmark = pytest.mark.packaging
 
-ROOT = Path(__file__).resolve().parents[2]
 CUDA = ROOT / "packages/ejkernel-cuda"
 CUDA_REQUIREMENTS = "packages/ejkernel-cuda/build-requirements.txt"
 PURE = ["ejkernel-core", "ejkernel-xla", "ejkernel-triton", "ejkernel-pallas"]
-HAVE_NVCC = shutil.which("nvcc") is not None
 
 # The README's "Set up" commands this file runs or resolves (each must appear there verbatim).
 UV_SYNC = {
@@ -77,38 +77,6 @@ CHECK = textwrap.dedent(
 )
 
 
-def sh(*cmd: object, cwd: Path | None = None, env: dict | None = None, timeout: int = 900) -> str:
-    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert res.returncode == 0, f"{cmd}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    return res.stdout
-
-
-@pytest.fixture(scope="module")
-def uv() -> Path:
-    """The uv binary: on PATH, or the one of the ``uv`` package (the packaging session installs it)."""
-    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
-    if not found:
-        from uv import find_uv_bin  # the nox session installs uv; a missing one fails here
-
-        found = find_uv_bin()
-    return Path(found)
-
-
-@pytest.fixture(scope="module")
-def env(uv) -> dict:
-    """This Python for uv (no managed download), uv on PATH, and no outer virtual environment."""
-    e = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
-    e.update(
-        UV_PYTHON=sys.executable,
-        UV_PYTHON_DOWNLOADS="never",
-        PATH=f"{uv.parent}{os.pathsep}{e.get('PATH', '')}",
-        JAX_PLATFORMS="cpu",
-        EJKERNEL_PERSISTENT_CACHE="0",
-        COLUMNS="200",  # rich's tables unwrapped
-    )
-    return e
-
-
 def readme_setup() -> str:
     text = (ROOT / "README.md").read_text()
     return text.split("\n## Set up\n", 1)[1].split("\n## ", 1)[0]
@@ -144,23 +112,6 @@ def test_the_workspace_root_forwards_every_extra_of_core():
 # --- the uv workspace -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
-    """A copy of the checkout as git would clone it (tracked and unignored files)."""
-    dst = tmp_path_factory.mktemp("checkout")
-    try:
-        files = sh("git", "ls-files", "-co", "--exclude-standard", "-z", cwd=ROOT).split("\0")
-    except (AssertionError, FileNotFoundError):  # not a git checkout: everything but outputs
-        ignore = shutil.ignore_patterns(".git", ".venv*", ".nox", "dist", "build", "__pycache__", "uv.lock")
-        shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
-        return dst
-    for f in filter(None, files):
-        if (ROOT / f).is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, dst / f)
-    return dst
-
-
 def test_uv_sync_installs_core_and_a_backend_from_the_checkout(checkout, env, uv):
     sh(uv, *UV_SYNC["xla"].split()[1:], cwd=checkout, env=env, timeout=600)
     out = sh(checkout / ".venv/bin/python", "-c", CHECK, "xla", cwd=checkout, env=env)
@@ -179,7 +130,7 @@ def test_uv_sync_installs_core_and_a_backend_from_the_checkout(checkout, env, uv
             ["jax-cuda13-plugin==", "triton=="],
             id="sync-gpu",
         ),
-        pytest.param("tpu", ["ejkernel-core", "ejkernel-pallas"], ["libtpu=="], id="sync-tpu"),
+        pytest.param("tpu", ["ejkernel-core", "ejkernel-pallas", "ejkernel-xla"], ["libtpu=="], id="sync-tpu"),
     ],
 )
 def test_uv_sync_extras_resolve_from_the_workspace(checkout, env, uv, extra, members, wanted):
@@ -239,10 +190,11 @@ def test_the_wheelhouse_holds_the_five_wheels(wheelhouse):
     assert "ejkernel/py.typed" in names and "ejkernel/testing/conformance.py" in names
     assert not any(n.startswith("tests/") for n in names)
     meta = read(core, ".dist-info/METADATA")
-    for extra in ("xla", "triton", "cuda", "gpu", "tpu", "all"):
+    for extra in ("xla", "triton", "cuda", "gpu", "tpu", "plot", "testing", "all"):
         assert f"Provides-Extra: {extra}" in meta
     assert "Requires-Dist: ejkernel-xla==0.1.0; extra == 'xla'" in meta
     assert "Requires-Dist: jax[cuda13]>=0.10.2; extra == 'gpu'" in meta
+    assert "Requires-Dist: ejkernel-xla==0.1.0; extra == 'tpu'" in meta  # every op runs on a TPU host
     assert "ejkernel = ejkernel.cli:main" in read(core, ".dist-info/entry_points.txt")
     for backend, entry in [("ejkernel-xla", "xla = ejkernel_xla:register"), ("ejkernel-triton", "triton = ")]:
         assert "[ejkernel.backends]" in read(wheel(wheelhouse, backend), "entry_points.txt")
@@ -281,7 +233,7 @@ def test_pip_installs_core_xla_then_triton_from_the_wheelhouse(wheelhouse, env, 
             env=env,
             timeout=300,
         )
-        assert res.returncode != 0 and "pip install ejkernel-core[xla]" in res.stderr, res.stderr[-3000:]
+        assert res.returncode != 0 and "pip install 'ejkernel-core[xla]'" in res.stderr, res.stderr[-3000:]
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # 1.5 GB with triton
 

@@ -41,9 +41,11 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     __version__ = "0.0.0+unknown"
 
 
-def backends() -> list[BackendInfo]:
-    """The installed backend plugins and their status (loaded, failed with its error, disabled)."""
-    return kernel_registry.backends()
+def backends(*, include_missing: bool = False) -> list[BackendInfo]:
+    """The installed backend plugins and their status (loaded, failed with its error, disabled);
+    with ``include_missing``, also the first-party backends that are not installed, each with
+    its install command."""
+    return kernel_registry.backends(include_missing=include_missing)
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "BackendUnavailableError",
     "ConfigResolutionError",
     "EjkernelError",
     "NoImplementationError",
@@ -42,7 +43,7 @@ class NoImplementationError(EjkernelError, RuntimeError):
     """No registered implementation accepted a call.
 
     ``reasons`` maps each implementation that was considered to the reason it declined; an empty
-    mapping means none is registered (install a backend, e.g. ``pip install ejkernel-core[xla]``).
+    mapping means none is registered (install a backend, e.g. ``pip install 'ejkernel-core[xla]'``).
     """
 
     def __init__(self, op: str, reasons: dict[str, str], hint: str = ""):
@@ -58,6 +59,45 @@ class NoImplementationError(EjkernelError, RuntimeError):
         super().__init__(msg)
 
 
+class BackendUnavailableError(NoImplementationError):
+    """``platform=`` names a backend that cannot serve the op here, and says which of these it is.
+
+    Attributes:
+        op: the op name.
+        backend: the backend named (its entry-point name, e.g. ``"cuda"``).
+        status: ``"not installed"``, ``"failed to import"``, ``"failed to register"``,
+            ``"disabled"`` (by the policy) or ``"no implementation"`` (installed and loaded, but
+            it does not implement the op).
+        reason: the detail: the import error, what the backend implements instead, ...
+        install: the command that installs (or reinstalls) it, when known.
+        installed: the implementations of the op installed here (their ``platform=`` names).
+    """
+
+    def __init__(
+        self,
+        op: str,
+        backend: str,
+        status: str,
+        reason: str,
+        *,
+        install: str | None = None,
+        installed: Sequence[str] = (),
+    ):
+        self.op = self.algorithm = op
+        self.reasons = {}
+        self.backend = backend
+        self.status = status
+        self.reason = reason
+        self.install = install
+        self.installed = list(installed)
+        msg = f"{op}: platform={backend!r}: the backend {backend!r} {reason}"
+        if install:
+            msg += f"\n{'reinstall' if status.startswith('failed') else 'install'} it: {install}"
+        msg += f"\nimplementations of {op} installed here: {', '.join(self.installed) or 'none'}"
+        msg += " (`ejkernel info` lists every backend and its status)"
+        EjkernelError.__init__(self, msg)
+
+
 class UnknownPlatformError(EjkernelError, ValueError):
     """``platform=`` names neither a platform nor an implementation of the op (a wrong argument).
 
@@ -65,16 +105,30 @@ class UnknownPlatformError(EjkernelError, ValueError):
         op: the op name.
         platform: what was asked for.
         installed: the implementations of the op installed here (their ``platform=`` names).
+        failed: backends that failed to load, by name, with their errors (the implementation
+            asked for may be one of theirs).
     """
 
-    def __init__(self, op: str, platform: str, installed: list[str], platforms: list[str]):
+    def __init__(
+        self,
+        op: str,
+        platform: str,
+        installed: list[str],
+        platforms: list[str],
+        failed: dict[str, str] | None = None,
+    ):
         self.op = self.algorithm = op
         self.platform = platform
         self.installed = list(installed)
-        super().__init__(
+        self.failed = dict(failed or {})
+        msg = (
             f"{op}: unknown platform {platform!r}; installed for {op}: {', '.join(installed) or 'none'} "
             f"(platform= takes 'auto', a platform of {platforms} or an implementation's name)"
         )
+        if self.failed:
+            lines = "\n".join(f"  - {name}: {err}" for name, err in self.failed.items())
+            msg += f"\nbackends that failed to load (one of them may provide {platform!r}):\n{lines}"
+        super().__init__(msg)
 
 
 class ConfigResolutionError(EjkernelError, RuntimeError):

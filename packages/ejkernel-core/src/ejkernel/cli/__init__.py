@@ -24,6 +24,7 @@ def _console() -> Any:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     import jax
+    from rich.markup import escape
     from rich.table import Table
 
     import ejkernel
@@ -37,17 +38,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
     console.print(f"devices: {len(devices)} x {devices[0].device_kind} ({jax.default_backend()})")
     console.print(f"device fingerprint: {device_fingerprint()}")
     table = Table(title="backends (entry point group ejkernel.backends)")
-    for col in ("name", "distribution", "status", "implementations / error"):
-        table.add_column(col)
-    for b in ejkernel.backends():
-        style = {"loaded": "green", "failed": "red", "disabled": "yellow"}.get(b.status, "")
-        detail = b.error if b.status == "failed" else ", ".join(b.implementations)
+    for col in ("name", "distribution", "status", "implementations / why / install"):
+        table.add_column(col, overflow="fold")
+    found = ejkernel.backends(include_missing=True)
+    for b in found:
+        style = {"loaded": "green", "failed": "red", "disabled": "yellow", "not installed": "yellow"}.get(b.status, "")
+        if b.status == "failed":
+            detail = f"{b.error}\nreinstall: {b.install}" if b.install else str(b.error)
+        elif b.status == "not installed":
+            detail = f"install: {b.install}"
+        elif b.status == "disabled":
+            detail = "denied by the policy (EJKERNEL_BACKENDS)"
+        else:
+            detail = ", ".join(b.implementations)
         table.add_row(
-            b.name, f"{b.distribution or '?'} {b.version or ''}", f"[{style}]{b.status}[/{style}]", detail or "-"
+            b.name,
+            f"{b.distribution or '?'} {b.version or ''}",
+            f"[{style}]{escape(b.state)}[/{style}]" if style else escape(b.state),
+            escape(detail or "-"),
         )
     console.print(table)
-    if not ejkernel.backends():
-        console.print("[yellow]no backend installed: pip install 'ejkernel-core[xla]'[/yellow]")
+    if not any(b.status == "loaded" for b in found):
+        console.print("[yellow]no backend loaded: pip install 'ejkernel-core[xla]'[/yellow]")
     ops = Table(title="ops and their implementations by priority (those that target another device decline here)")
     for col in ("op", "implementation", "platform", "backend", "priority", "plugin", "here"):
         ops.add_column(col)

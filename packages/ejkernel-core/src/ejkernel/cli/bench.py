@@ -2,15 +2,18 @@
 
 Every op with a benchmark description (``ejkernel/ops/<op>/bench.py``) gets a subcommand with the
 options it declares plus the common ones below; the records go to a table, ``--json`` and
-``--plot``. Argument errors are usage errors (exit 2), never tracebacks.
+``--plot``. Argument errors are usage errors (exit 2), never tracebacks; unusable output paths
+are argument errors too, found before anything is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +73,19 @@ def run_command(args: argparse.Namespace) -> int:
         parser.error(f"unknown --impl {', '.join(unknown)}: {op} has {', '.join(known) or 'no implementation'}")
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
         except ImportError:
             parser.error("--plot needs matplotlib: pip install 'ejkernel-core[plot]'")
+    for option, where in (("--json", args.json), ("--plot", args.plot)):
+        if where:
+            problem = _unwritable(Path(where))
+            suffix = Path(where).suffix.lower().lstrip(".")
+            if option == "--plot" and not problem and suffix:
+                formats = FigureCanvasAgg.get_supported_filetypes()
+                if suffix not in formats:
+                    problem = f"matplotlib cannot write .{suffix} files; use one of {', '.join(sorted(formats))}"
+            if problem:
+                parser.error(f"{option} {where}: {problem} (checked before measuring, so no results are lost)")
     try:
         cases = desc.cases(args, args.dtype, peers=not args.no_peers, check=not args.no_check)
     except ValueError as e:
@@ -92,7 +105,10 @@ def run_command(args: argparse.Namespace) -> int:
                 console.print(f"[yellow]{escape(msg)}[/yellow]")
 
         def keep(records: list[dict[str, Any]]) -> None:  # what is measured survives a time limit
-            B.write_json(records, Path(args.json), command)
+            try:
+                B.write_json(records, Path(args.json), command)
+            except OSError as e:  # e.g. a full disk: the final write tries again and says so
+                console.print(f"[yellow]could not write {escape(args.json)} yet: {escape(str(e))}[/yellow]")
 
         records = B.run(
             op,
@@ -119,14 +135,35 @@ def run_command(args: argparse.Namespace) -> int:
         values = [fmt(r.get(c), 3 if c.endswith("ms") else 2) for c in cols]
         table.add_row(escape(r["label"]), escape(r["impl"]), *values, escape(str(r.get("check", "-"))))
     console.print(table)
-    if args.json:
-        B.write_json(records, Path(args.json), command)
-        console.print(f"wrote {len(records)} records to {args.json}")
-    if args.plot:
-        plot(records, Path(args.plot), "fwd_tflops" if desc.metric == "tflops" else "gbps")
-        console.print(f"wrote {args.plot}")
+    written = True
+    try:
+        if args.json:
+            B.write_json(records, Path(args.json), command)
+            console.print(f"wrote {len(records)} records to {args.json}")
+        if args.plot:
+            plot(records, Path(args.plot), "fwd_tflops" if desc.metric == "tflops" else "gbps")
+            console.print(f"wrote {args.plot}")
+    except OSError as e:  # the table above keeps the numbers
+        console.print(f"[red]could not write the results: {escape(str(e))}[/red]")
+        written = False
     failed = [r for r in records if str(r.get("check", "ok")).startswith("FAIL") and not r["impl"].startswith("jax.nn")]
-    return 1 if failed else 0
+    return 1 if failed or not written else 0
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a file cannot be written at ``path`` (``None``: it can), found by creating its folder
+    and a scratch file there, as the write will."""
+    if path.is_dir():
+        return "is a folder; give a file name"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        return f"cannot write there: {e.strerror or e}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file exists and is read-only"
+    return None
 
 
 def plot(records: list[dict[str, Any]], path: Path, metric: str) -> None:

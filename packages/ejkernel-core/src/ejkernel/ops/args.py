@@ -124,6 +124,15 @@ def as_array(op: str, name: str, x: Any, *, ndim: int | Iterable[int] | None = N
     return arr
 
 
+def _layout(axes: tuple[str | None, ...] | None, rank: int) -> str:
+    """The named layout of a field given with ``rank`` dims, where the declaration says it: the
+    canonical axes at their own rank, or without trailing unnamed axes the op adds itself (a
+    gate ``[batch, seq, heads]`` the op makes ``[batch, seq, heads, 1]``); else nothing."""
+    if axes is None or rank > len(axes) or any(a is not None for a in axes[rank:]):
+        return ""
+    return f"[{', '.join(a or '?' for a in axes[:rank])}]"
+
+
 def check_kind(op: str, name: str, x: Any, kind: str) -> None:
     if kind == "float" and not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"{op}: {name} must have a floating dtype, got {x.dtype}")
@@ -457,10 +466,19 @@ class Args:
                 continue
             if spec.axes == () and isinstance(params[f.name], (int, np.integer)):
                 continue  # a Python scalar for a scalar field: the op converts it
+            name = spec.label or f.name
             ranks = spec.ranks or ((len(spec.axes),) if spec.axes is not None else None)
-            layout = f"[{', '.join(a or '?' for a in spec.axes)}]" if spec.axes is not None else ""
-            x = as_array(op, spec.label or f.name, params[f.name], ndim=ranks, layout=layout)
-            check_kind(op, spec.label or f.name, x, spec.kind)
+            x = as_array(
+                op, name, params[f.name], layout=next(filter(None, (_layout(spec.axes, r) for r in ranks or ())), "")
+            )
+            if ranks is not None and x.ndim not in ranks:
+                layouts = [f"{r}-D: {_layout(spec.axes, r)}" for r in ranks if _layout(spec.axes, r)]
+                shown = f" ({'; '.join(layouts)})" if layouts else ""
+                if len(ranks) == 1:
+                    shown = f" {_layout(spec.axes, ranks[0])}" if layouts else ""
+                rank = " or ".join(f"{r}-D" for r in ranks)
+                raise ValueError(f"{op}: {name} must be {rank}{shown}, got shape {shape_str(x)}")
+            check_kind(op, name, x, spec.kind)
             out[f.name] = x
         return out
 

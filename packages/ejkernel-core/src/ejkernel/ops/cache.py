@@ -11,13 +11,17 @@ The on-disk cache is one JSON file, ``configs-v<schema>.json``, in the policy's 
 Writes take a file lock, re-read the file, merge, write a temporary file and rename it over the
 old one, so concurrent processes never lose each other's entries and readers never see half a
 file. A corrupt or foreign file is reported, ignored, and moved aside (never deleted) at the next
-write. Failing to write (read-only folder, lock timeout) is reported and survived.
+write; so are entries that are not records (``<name>.unreadable-<time>.json``), while the
+others stay. A temporary file left by a writer killed mid-write is removed by the next writer
+(under the lock, no other writer is mid-write). Failing to write (read-only folder, lock
+timeout) is reported and survived.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import glob
 import json
 import logging
 import os
@@ -161,24 +165,26 @@ class PersistentCache:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _parse(self, path: Path) -> tuple[dict[str, Any], str | None]:
-        """Entries of the file at ``path`` and, if it is corrupt or foreign, why."""
+    def _parse(self, path: Path) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+        """Entries of the file at ``path``; if it is corrupt or foreign, why; and its entries
+        that are not records (kept out of the first, never dropped)."""
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return {}, None
+            return {}, None, {}
         except OSError as e:
-            return {}, f"unreadable ({e})"
+            return {}, f"unreadable ({e})", {}
         try:
             data = json.loads(raw.decode("utf-8"))
         except ValueError as e:  # UnicodeDecodeError is a ValueError too
-            return {}, f"not valid UTF-8 JSON ({e})"
+            return {}, f"not valid UTF-8 JSON ({e})", {}
         if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
-            return {}, "not an ejkernel config cache (no 'entries' object)"
+            return {}, "not an ejkernel config cache (no 'entries' object)", {}
         if data.get("schema") != SCHEMA_VERSION:
-            return {}, f"schema {data.get('schema')!r}, expected {SCHEMA_VERSION}"
-        entries = {k: v for k, v in data["entries"].items() if isinstance(k, str) and isinstance(v, dict)}
-        return entries, None
+            return {}, f"schema {data.get('schema')!r}, expected {SCHEMA_VERSION}", {}
+        entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
+        unreadable = {k: v for k, v in data["entries"].items() if not isinstance(v, dict)}
+        return entries, None, unreadable
 
     def _load(self) -> dict[str, Any]:
         path = self.path
@@ -192,12 +198,21 @@ class PersistentCache:
         with self._lock:
             if stamp == self._stamp:
                 return self._snapshot
-            entries, problem = self._parse(path) if stamp[-1] >= 0 else ({}, None)
-            if problem and stamp not in self._reported:
+            entries, problem, unreadable = self._parse(path) if stamp[-1] >= 0 else ({}, None, {})
+            if (problem or unreadable) and stamp not in self._reported:
                 self._reported.add(stamp)
-                log.warning(
-                    "ejkernel: ignoring config cache %s: %s (it is moved aside at the next write)", path, problem
-                )
+                if problem:
+                    log.warning(
+                        "ejkernel: ignoring config cache %s: %s (it is moved aside at the next write)", path, problem
+                    )
+                else:
+                    log.warning(
+                        "ejkernel: ignoring %d entries of the config cache %s that are not records: %s "
+                        "(they are moved aside at the next write)",
+                        len(unreadable),
+                        path,
+                        ", ".join(sorted(unreadable)[:5]) + (", ..." if len(unreadable) > 5 else ""),
+                    )
             self._snapshot, self._stamp = entries, stamp
             return entries
 
@@ -235,25 +250,24 @@ class PersistentCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with filelock.FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT_S):
-                entries, problem = self._parse(path)
+                self._remove_leftover_temp_files(path)
+                entries, problem, unreadable = self._parse(path)
+                stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
                 if problem and path.exists():
-                    aside = path.with_name(
-                        f"{path.stem}.corrupt-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}{path.suffix}"
-                    )
+                    aside = path.with_name(f"{path.stem}.corrupt-{stamp}{path.suffix}")
                     os.replace(path, aside)
                     log.warning("ejkernel: moved the unusable config cache %s aside to %s (%s)", path, aside, problem)
+                if unreadable:
+                    aside = path.with_name(f"{path.stem}.unreadable-{stamp}{path.suffix}")
+                    self._write_atomically(aside, {"schema": SCHEMA_VERSION, "entries": unreadable})
+                    log.warning(
+                        "ejkernel: moved %d entries of the config cache %s that are not records aside to %s",
+                        len(unreadable),
+                        path,
+                        aside,
+                    )
                 change(entries)
-                payload = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-                try:
-                    with os.fdopen(fd, "w", encoding="utf-8") as f:
-                        f.write(payload)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, path)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                self._write_atomically(path, {"schema": SCHEMA_VERSION, "entries": entries})
         except (OSError, filelock.Timeout) as e:
             if path not in self._write_failed:
                 self._write_failed.add(path)
@@ -262,3 +276,28 @@ class PersistentCache:
         with self._lock:
             self._stamp = None  # re-read next time (another process may have merged in between)
         return True
+
+    @staticmethod
+    def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+        payload = json.dumps(data, indent=1, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @staticmethod
+    def _remove_leftover_temp_files(path: Path) -> None:
+        """Temporary files of writers killed before their rename (called under the lock, so no
+        other writer is mid-write)."""
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            try:
+                tmp.unlink()
+                log.debug("ejkernel: removed %s, left by a config cache writer that did not finish", tmp)
+            except OSError:
+                pass  # another writer's cleanup won, or not ours to remove: harmless either way

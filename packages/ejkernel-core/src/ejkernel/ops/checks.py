@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -73,11 +74,16 @@ class ValueRule:
         requirement: what must hold, as the error says it (``"must be in [0, 64]"``).
         bad: ``bad(xp, *arrays)`` → a boolean array, ``True`` where the first array breaks the
             rule; ``xp`` is ``numpy`` for concrete values and ``jax.numpy`` for traced ones.
+        whole: for a rule on the whole array rather than on each element (a bound on its sum):
+            ``(label, value)`` with ``value(xp, *arrays)`` the scalar the rule bounds, which the
+            error reports as ``label = value`` instead of blaming one element; ``bad`` then
+            returns a scalar.
     """
 
     arrays: tuple[str, ...]
     requirement: str
     bad: Callable[..., Any]
+    whole: tuple[str, Callable[..., Any]] | None = None
 
 
 def _show(c: np.ndarray) -> str:
@@ -106,12 +112,16 @@ def enforce(op: str, rules: list[ValueRule], values: Mapping[str, Any]) -> None:
         if all(c is not None for c in cs):
             mask = np.asarray(rule.bad(np, *cs))
             if mask.any():
-                first = int(np.flatnonzero(mask)[0])
-                c0 = np.broadcast_to(cs[0], mask.shape)
-                at = _index(first, mask.shape)
-                raise ValueError(
-                    f"{op}: {name} {rule.requirement}; got {name}[{at}] = {c0.reshape(-1)[first]} in {_show(cs[0])}"
-                )
+                if rule.whole is not None:
+                    label, of = rule.whole
+                    got = f"{label} = {np.asarray(of(np, *cs)).item()} ({name} = {_show(cs[0])})"
+                elif mask.ndim == 0:
+                    got = f"{name} = {np.asarray(cs[0]).item()}"
+                else:
+                    first = int(np.flatnonzero(mask)[0])
+                    c0 = np.broadcast_to(cs[0], mask.shape)
+                    got = f"{name}[{_index(first, mask.shape)}] = {c0.reshape(-1)[first]} in {_show(cs[0])}"
+                raise ValueError(f"{op}: {name} {rule.requirement}; got {got}")
             continue
         if on is None:
             on = current_policy().value_checks
@@ -119,20 +129,49 @@ def enforce(op: str, rules: list[ValueRule], values: Mapping[str, Any]) -> None:
             continue
         xs = [jnp.asarray(a) for a in arrays]
         mask = rule.bad(jnp, *xs)
-        first = jnp.argmax(mask.reshape(-1))
-        value = jnp.broadcast_to(xs[0], mask.shape).reshape(-1)[first] if mask.size else 0
-        message = f"{op}: {name} {rule.requirement}; got {name}[flat index {{}}] = {{}}"
+        if rule.whole is not None:
+            label, of = rule.whole
+            message, fmt = f"{op}: {name} {rule.requirement}; got {label} = {{}}", (of(jnp, *xs),)
+        elif mask.ndim == 0:
+            message, fmt = f"{op}: {name} {rule.requirement}; got {name} = {{}}", (jnp.broadcast_to(xs[0], ()),)
+        else:
+            first = jnp.argmax(mask.reshape(-1))
+            value = jnp.broadcast_to(xs[0], mask.shape).reshape(-1)[first] if mask.size else 0
+            message, fmt = f"{op}: {name} {rule.requirement}; got {name}[flat index {{}}] = {{}}", (first, value)
         if on == "checkify":
             from jax.experimental import checkify
 
-            checkify.check(~jnp.any(mask), message, first, value)
+            checkify.check(~jnp.any(mask), message, *fmt)
         else:
-            _raise_at_run_time(~jnp.any(mask), message, first, value)
+            _raise_at_run_time(~jnp.any(mask), message, *fmt)
+
+
+# Marks the ValueError of a failed value check raised inside ``jax.debug.callback`` (a plain
+# ValueError, so the JaxRuntimeError's last line still reads "ValueError: ...").
+_CHECK_FAILED = "_ejkernel_value_check"
+
+
+class _QuietFailedChecks(logging.Filter):
+    """Drops JAX's "jax.debug.callback failed" traceback when the callback is a failed value check:
+    the same ``ValueError`` reaches the caller as the ``JaxRuntimeError``, so stderr need not show
+    it a second time. Other callbacks' failures are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and getattr(record.exc_info[1], _CHECK_FAILED, False))
+
+
+_QUIET = _QuietFailedChecks()
 
 
 def _raise_at_run_time(ok: Any, message: str, *fmt: Any) -> None:
     def raise_if_bad(ok_value: Any, *fmt_values: Any) -> None:
         if not bool(ok_value):
-            raise ValueError(message.format(*(np.asarray(v).item() for v in fmt_values)))
+            error = ValueError(message.format(*(np.asarray(v).item() for v in fmt_values)))
+            setattr(error, _CHECK_FAILED, True)
+            raise error
 
+    # The logger of jax's debug-callback runtime (jax/_src/debugging.py).
+    logger = logging.getLogger("jax._src.debugging")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)
     jax.debug.callback(raise_if_bad, ok, *fmt)

@@ -12,6 +12,11 @@ Backends are separate distributions. Each declares one entry point in the group
 Discovery is lazy (the first query of the registry) and each plugin is isolated: one that fails
 to import or to register is recorded with its error (see :meth:`KernelRegistry.backends` and
 ``ejkernel info``), logged once, and rolled back; the others and ``import ejkernel`` carry on.
+
+The first-party backends are *known* by name (:data:`KNOWN_BACKENDS`: distribution and install
+command), never imported by name: ``platform="cuda"`` without a usable CUDA backend says whether
+it is not installed, failed to import (with the error) or has no implementation of the op, and
+how to install it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import NoImplementationError, UnknownPlatformError, UnsupportedError
+from ..errors import BackendUnavailableError, NoImplementationError, UnknownPlatformError, UnsupportedError
 from .args import Args
 from .device import DeviceInfo
 from .impl import _DIRECT, Backend, FunctionImpl, KernelImpl, Platform, declared_decline
@@ -32,10 +37,12 @@ from .policy import Policy, current_policy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KNOWN_BACKENDS",
     "Backend",
     "BackendInfo",
     "KernelImpl",
     "KernelRegistry",
+    "KnownBackend",
     "Platform",
     "kernel_registry",
 ]
@@ -46,11 +53,47 @@ ENTRY_POINT_GROUP = "ejkernel.backends"
 
 
 @dataclasses.dataclass(frozen=True)
-class BackendInfo:
-    """A discovered backend plugin and what became of it.
+class KnownBackend:
+    """A first-party backend: its entry-point name (also its ``platform=`` name), its
+    distribution, the command that installs it and what it needs."""
 
-    ``status`` is ``"loaded"``, ``"failed"`` (see ``error``), ``"disabled"`` (denied by the
-    policy; loaded later if a policy allows it) or ``"pending"`` (not needed yet).
+    name: str
+    distribution: str
+    install: str
+    needs: str = ""
+
+
+KNOWN_BACKENDS: dict[str, KnownBackend] = {
+    b.name: b
+    for b in (
+        KnownBackend("xla", "ejkernel-xla", "pip install 'ejkernel-core[xla]'", "any device"),
+        KnownBackend(
+            "triton",
+            "ejkernel-triton",
+            "pip install 'ejkernel-core[triton]'",
+            "an NVIDIA GPU and a CUDA jax: 'ejkernel-core[gpu]' installs both",
+        ),
+        KnownBackend(
+            "cuda",
+            "ejkernel-cuda",
+            "pip install 'ejkernel-core[cuda]'",
+            "an NVIDIA GPU and a CUDA jax; the wheel compiles with nvcc",
+        ),
+        KnownBackend("pallas", "ejkernel-pallas", "pip install 'ejkernel-core[tpu]'", "a TPU (or Mosaic GPU)"),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """A backend plugin and what became of it.
+
+    ``status`` is ``"loaded"``, ``"failed"`` (see ``error`` and ``stage``), ``"disabled"`` (denied
+    by the policy; loaded later if a policy allows it), ``"pending"`` (not needed yet) or, for a
+    first-party backend listed by ``backends(include_missing=True)``, ``"not installed"``.
+    ``stage`` says where a failed plugin failed: ``"import"`` (its module or the entry point's
+    target) or ``"register"`` (its ``register(registry)``). ``install`` is the command that
+    installs it, for the first-party backends and plugins with a known distribution.
     """
 
     name: str
@@ -60,6 +103,13 @@ class BackendInfo:
     status: str
     error: str | None = None
     implementations: tuple[str, ...] = ()
+    stage: str | None = None
+    install: str | None = None
+
+    @property
+    def state(self) -> str:
+        """The status in words: ``"failed to import"`` rather than ``"failed"``."""
+        return f"failed to {self.stage}" if self.status == "failed" and self.stage else self.status
 
 
 T = TypeVar("T")
@@ -85,10 +135,15 @@ class KernelRegistry:
     Args:
         entry_point_group: where plugins are discovered; ``None`` disables discovery (a registry
             filled by hand, e.g. in tests).
+        known_backends: the backends it can name when they are missing (default:
+            :data:`KNOWN_BACKENDS`, the first-party ones).
     """
 
-    def __init__(self, entry_point_group: str | None = ENTRY_POINT_GROUP):
+    def __init__(
+        self, entry_point_group: str | None = ENTRY_POINT_GROUP, known_backends: dict[str, KnownBackend] | None = None
+    ):
         self._group = entry_point_group
+        self._known = dict(KNOWN_BACKENDS if known_backends is None else known_backends)
         self._lock = threading.RLock()
         self._impls: dict[str, list[KernelImpl]] = {}
         self._order = 0
@@ -170,12 +225,15 @@ class KernelRegistry:
                 continue  # the same plugin seen twice on sys.path: the first one wins
             dist = getattr(ep, "dist", None)
             self._entry_points[ep.name] = ep
+            dist_name = getattr(dist, "name", None)
+            known = self._known.get(ep.name)
             self._plugins[ep.name] = BackendInfo(
                 name=ep.name,
                 target=ep.value,
-                distribution=getattr(dist, "name", None),
+                distribution=dist_name,
                 version=getattr(dist, "version", None),
                 status="pending",
+                install=known.install if known else (f"pip install {dist_name}" if dist_name else None),
             )
 
     def load_plugins(self, policy: Policy | None = None) -> None:
@@ -204,10 +262,12 @@ class KernelRegistry:
     def _load_one(self, name: str, info: BackendInfo) -> BackendInfo:
         before = {(a, i.name) for a, impls in self._impls.items() for i in impls}
         self._loading = name
+        stage = "import"
         try:
             register_fn = self._entry_points[name].load()
             if not callable(register_fn):
                 raise TypeError(f"entry point {info.target!r} is not callable")
+            stage = "register"
             register_fn(self)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt):
@@ -218,8 +278,8 @@ class KernelRegistry:
             err = "".join(traceback.format_exception_only(type(e), e)).strip()
             if name not in self._warned:
                 self._warned.add(name)
-                log.warning("ejkernel: backend plugin %r (%s) failed to load: %s", name, info.target, err)
-            return dataclasses.replace(info, status="failed", error=err)
+                log.warning("ejkernel: backend plugin %r (%s) failed to %s: %s", name, info.target, stage, err)
+            return dataclasses.replace(info, status="failed", error=err, stage=stage)
         finally:
             self._loading = None
         added = tuple(
@@ -228,12 +288,28 @@ class KernelRegistry:
         log.debug("ejkernel: loaded backend plugin %r: %s", name, ", ".join(added) or "nothing")
         return dataclasses.replace(info, status="loaded", implementations=added)
 
-    def backends(self) -> list[BackendInfo]:
-        """Every discovered backend plugin with its status (loading those the policy allows)."""
+    def backends(self, *, include_missing: bool = False) -> list[BackendInfo]:
+        """Every discovered backend plugin with its status (loading those the policy allows);
+        with ``include_missing``, also each known backend that is not installed (status
+        ``"not installed"``, with its install command)."""
         self.load_plugins()
         with self._lock:
             assert self._plugins is not None
-            return list(self._plugins.values())
+            found = list(self._plugins.values())
+        if include_missing:
+            found += [self._missing(k) for name, k in self._known.items() if name not in self._plugins]
+        return found
+
+    @staticmethod
+    def _missing(known: KnownBackend) -> BackendInfo:
+        return BackendInfo(
+            name=known.name,
+            target="",
+            distribution=known.distribution,
+            version=None,
+            status="not installed",
+            install=known.install,
+        )
 
     def refresh(self) -> None:
         """Forget the plugin scan, so that newly installed plugins are discovered.
@@ -268,10 +344,17 @@ class KernelRegistry:
         impls = self.implementations(op, policy=policy)
         if platform is not None and str(getattr(platform, "value", platform)).lower() != "auto":
             want = str(getattr(platform, "value", platform)).lower()
-            platforms = [p.value for p in Platform]
-            if want not in platforms and not any(i.name == want for i in impls):
-                raise UnknownPlatformError(op, want, [i.name for i in impls], platforms)
-            impls = [i for i in impls if i.platform.value == want or i.name == want]
+            matched = [i for i in impls if i.platform.value == want or i.name == want]
+            if not matched:
+                installed = [i.name for i in impls]
+                unavailable = self._unavailable(op, want, installed, policy)
+                if unavailable is not None:
+                    raise unavailable
+                platforms = [p.value for p in Platform]
+                if want not in platforms:
+                    failed = {b.name: str(b.error) for b in (self._plugins or {}).values() if b.status == "failed"}
+                    raise UnknownPlatformError(op, want, installed, platforms, failed)
+            impls = matched
         if backend is not None and str(getattr(backend, "value", backend)).lower() != "any":
             want_b = _backend(backend)
             impls = [i for i in impls if i.backend in (want_b, Backend.ANY)]
@@ -302,6 +385,57 @@ class KernelRegistry:
             raise NoImplementationError(op, {}, self._hint(op, platform, backend, current_policy()))
         return impls[0]
 
+    def _unavailable(self, op: str, want: str, installed: list[str], policy: Policy) -> BackendUnavailableError | None:
+        """Why the backend named ``want`` serves no implementation of ``op`` (``None``: no
+        backend has that name)."""
+        with self._lock:
+            self._scan()
+            assert self._plugins is not None
+            info = self._plugins.get(want)
+        known = self._known.get(want)
+        if info is None:
+            if known is None:
+                return None
+            needs = f"; it needs {known.needs}" if known.needs else ""
+            return BackendUnavailableError(
+                op,
+                want,
+                "not installed",
+                f"is not installed (distribution {known.distribution}{needs})",
+                install=known.install,
+                installed=installed,
+            )
+        where = f"{info.distribution or '?'} {info.version or ''}".strip()
+        install = info.install
+        if info.status == "failed":
+            if info.distribution and not known:
+                install = f"pip install --force-reinstall {info.distribution}"
+            return BackendUnavailableError(
+                op,
+                want,
+                info.state,
+                f"({where}, entry point {info.target}) is installed but failed to {info.stage or 'load'}: {info.error}",
+                install=install,
+                installed=installed,
+            )
+        if info.status == "disabled" or not policy.backend_allowed(want):
+            return BackendUnavailableError(
+                op,
+                want,
+                "disabled",
+                f"({where}) is installed but disabled by the policy (EJKERNEL_BACKENDS / Policy.backends_allow, "
+                "backends_deny)",
+                installed=installed,
+            )
+        ops = sorted({key.partition("/")[0] for key in info.implementations})
+        return BackendUnavailableError(
+            op,
+            want,
+            "no implementation",
+            f"({where}) is installed but has no implementation of {op}; it implements: {', '.join(ops) or 'nothing'}",
+            installed=installed,
+        )
+
     def _hint(self, op: str, platform: Any, backend: Any, policy: Policy) -> str:
         names = [f"{i.name} ({i.platform.value}/{i.backend.value})" for i in self.implementations(op, policy=policy)]
         filters = []
@@ -315,7 +449,7 @@ class KernelRegistry:
         if not names:
             failed = [f"{b.name}: {b.error}" for b in (self._plugins or {}).values() if b.status == "failed"]
             parts.append(
-                "install a backend, e.g. `pip install ejkernel-core[xla]`"
+                f"install a backend, e.g. `{KNOWN_BACKENDS['xla'].install}`"
                 + (f" (plugins that failed to load: {'; '.join(failed)})" if failed else "")
             )
         return "\n".join(parts)

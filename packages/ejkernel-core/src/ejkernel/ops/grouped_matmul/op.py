@@ -247,7 +247,8 @@ class GroupedMatmul(Op):
             ValueRule(
                 ("group_sizes",),
                 f"must sum to at most m = {m} (the rows of lhs)",
-                lambda xp, s: xp.broadcast_to(xp.sum(s.astype(xp.int64 if xp is np else xp.int32)) > m, s.shape),
+                lambda xp, s: _total(xp, s) > m,
+                whole=("sum(group_sizes)", _total),
             ),
             ValueRule(
                 ("group_offset",),
@@ -283,6 +284,11 @@ class GroupedMatmul(Op):
 
     def default_out_spec(self, a: GroupedMatmulArgs, plan: ShardPlan) -> Any:
         return plan.spec_of(("m", "n"))
+
+
+def _total(xp: Any, sizes: Any) -> Any:
+    """The rows ``group_sizes`` covers (int64 on the host, where a sum cannot wrap)."""
+    return xp.sum(sizes.astype(xp.int64 if xp is np else xp.int32))
 
 
 # -- helpers shared by the implementations --------------------------------------------------------

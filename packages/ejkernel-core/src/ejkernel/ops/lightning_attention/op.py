@@ -45,6 +45,13 @@ class LightningAttention(LinearAttentionOp):
             if value is not None and not bool(np.all(value >= 0)):
                 raise ValueError(f"{self.name}: decay holds decay rates and must be >= 0, got {value.tolist()}")
             return {"g_gamma": -decay.astype(jnp.float32)}
+        given = [n for n in ("layer_idx", "num_layers") if params.get(n) is not None]
+        if len(given) < 2:
+            got = "neither" if not given else f"{given[0]}={params[given[0]]!r} alone"
+            raise TypeError(
+                f"{self.name}: the per-head decay comes from decay [num_heads = {heads}] (the rates) or from "
+                f"layer_idx and num_layers (this layer's index in a model of num_layers layers); got {got}"
+            )
         num_layers = static_int(self.name, "num_layers", params.get("num_layers"), minimum=1, allow_none=False)
         layer_idx = static_int(self.name, "layer_idx", params.get("layer_idx"), minimum=0, allow_none=False)
         assert num_layers is not None and layer_idx is not None

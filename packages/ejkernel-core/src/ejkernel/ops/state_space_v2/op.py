@@ -107,6 +107,11 @@ class StateSpaceV2(Op):
         if act is not None and not callable(act):
             raise TypeError(f"{self.name}: act_fn must be callable, got {type(act).__name__}")
         gate = params.get("gate")
+        if gate is None and flag(self.name, "use_gated_rmsnorm", params.get("use_gated_rmsnorm", False)):
+            raise ValueError(
+                f"{self.name}: use_gated_rmsnorm=True normalizes y before the gating by gate, but gate is None; "
+                f"pass gate [batch, seq, num_heads * head_dim] (x {shape_str(x)}) or use_gated_rmsnorm=False"
+            )
         if gate is not None and x.ndim == 4 and gate.ndim == 3 and int(gate.shape[-1]) != x.shape[2] * x.shape[3]:
             raise ValueError(
                 f"{self.name}: gate must be [batch, seq, num_heads * head_dim = {x.shape[2] * x.shape[3]}], "
