@@ -27,19 +27,79 @@ def qkv():
     return normal(0, (1, 37, 4, 16)), normal(1, (1, 37, 2, 16)), normal(2, (1, 37, 2, 16))
 
 
-@pytest.mark.parametrize(
-    "op", [ejkernel.flash_attention, ejkernel.scaled_dot_product_attention], ids=lambda f: f.__name__
-)
-def test_arrays_by_position_in_the_documented_order(op, qkv):
+def test_arrays_by_position_in_the_documented_order(qkv):
     q, k, v = qkv
     bias = normal(3, (1, 4, 37, 37))
     cu = jnp.array([0, 11, 30], jnp.int32)
     aux = normal(4, (4,))
+    op = ejkernel.flash_attention
     by_name = op(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
     by_position = op(q, k, v, bias, cu, cu, aux, causal=True)
     close(by_position, by_name, 0)
     ref = attention_reference(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
     close(by_position, ref, 1e-4)
+    # scaled_dot_product_attention: the same boundaries under the name cu_seqlens_q/k.
+    sdpa = ejkernel.scaled_dot_product_attention(
+        q, k, v, bias, softmax_aux=aux, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True
+    )
+    close(sdpa, ref, 1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_cum_seqlens_are_per_example_lengths(causal):
+    """Earlier releases passed ``cum_seqlens_q/k`` to ``jax.nn.dot_product_attention`` as
+    ``query_seq_lengths`` / ``key_value_seq_lengths``: the same call gives the same output."""
+    q, k, v = normal(0, (3, 20, 4, 16)), normal(1, (3, 20, 2, 16)), normal(2, (3, 20, 2, 16))
+    q_lens, kv_lens = jnp.array([20, 7, 13], jnp.int32), jnp.array([20, 11, 5], jnp.int32)
+    want = jax.nn.dot_product_attention(
+        q, k, v, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens, is_causal=causal, implementation="xla"
+    )
+    got = ejkernel.scaled_dot_product_attention(q, k, v, None, q_lens, kv_lens, causal=causal)
+    close(got, want, 1e-5)
+    assert float(jnp.abs(got[1, 7:]).max()) == 0.0  # rows past the length
+    by_name = ejkernel.scaled_dot_product_attention(q, k, v, cum_seqlens_q=q_lens, cum_seqlens_k=kv_lens, causal=causal)
+    close(by_name, got, 0)
+    keys_only = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=kv_lens, is_causal=causal)
+    close(ejkernel.scaled_dot_product_attention(q, k, v, cum_seqlens_k=kv_lens, causal=causal), keys_only, 1e-5)
+    g = jax.grad(lambda q: ejkernel.scaled_dot_product_attention(q, k, v, None, q_lens, kv_lens, causal=causal).sum())
+    g_ref = jax.grad(
+        lambda q: jax.nn.dot_product_attention(
+            q, k, v, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens, is_causal=causal
+        ).sum()
+    )
+    close(g(q), g_ref(q), 1e-5)
+
+
+def test_sdpa_lengths_and_boundaries_are_told_by_name():
+    """A length-3 vector means per-example lengths as ``cum_seqlens_q`` and boundaries of two
+    packed sequences as ``cu_seqlens_q``, whatever its shape suggests."""
+    q = normal(0, (2, 12, 2, 16))
+    cu = jnp.array([0, 5, 12], jnp.int32)
+    with pytest.raises(ValueError, match=r"per-example lengths \[batch\] = \[2\].* go in cu_seqlens_q"):
+        ejkernel.scaled_dot_product_attention(q, q, q, None, cu)
+    packed = ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], cu_seqlens_q=cu)
+    close(packed, ejkernel.flash_attention(q[:1], q[:1], q[:1], None, cu), 1e-5)
+    five = jnp.array([5], jnp.int32)
+    lengths = ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], None, five, five)
+    close(lengths[:, :5], ejkernel.flash_attention(q[:1, :5], q[:1, :5], q[:1, :5]), 1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], None, jnp.array([5]), cu_seqlens_q=cu)
+    with pytest.raises(TypeError, match="integer dtype"):
+        ejkernel.scaled_dot_product_attention(q, q, q, None, jnp.array([5.0, 3.0]))
+
+
+def test_sdpa_lengths_meet_a_mask_info_and_empty_examples_are_zero():
+    q = normal(0, (2, 10, 2, 16))
+    seg = jnp.array([[0] * 4 + [1] * 6, [0] * 10], jnp.int32)
+    mi = ejkernel.types.MaskInfo.from_segments(seg).with_causal()
+    lens = jnp.array([8, 0], jnp.int32)
+    got = ejkernel.scaled_dot_product_attention(q, q, q, None, lens, lens, mask_info=mi)
+    valid = jnp.arange(10)[None] < lens[:, None]
+    ref = attention_reference(
+        q, q, q, mask_info=ejkernel.types.MaskInfo.from_segments(jnp.where(valid, seg, -1)), causal=True
+    )
+    close(got, ref, 1e-5)
+    assert float(jnp.abs(got[1]).max()) == 0.0  # no key in example 1: zeros (jax.nn.dot_product_attention: the mean)
 
 
 @pytest.mark.parametrize(

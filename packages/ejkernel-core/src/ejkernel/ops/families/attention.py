@@ -66,6 +66,7 @@ __all__ = [
     "bind_attention",
     "bind_bias",
     "dense_attention_signature",
+    "lengths_mask_info",
 ]
 
 _NOT_SHARDED = {
@@ -217,6 +218,48 @@ def _bind_cu_seqlens(op: str, cu_q: Any, cu_k: Any, b: int, sq: int, sk: int) ->
             "[num_seqs + 1] with num_seqs >= 1"
         )
     return cu_q, cu_k
+
+
+def lengths_mask_info(op: str, query: Any, key: Any, q_lens: Any, k_lens: Any, mask_info: Any) -> MaskInfo:
+    """Per-example valid lengths (``jax.nn.dot_product_attention``'s ``query_seq_lengths`` /
+    ``key_value_seq_lengths``) as a :class:`MaskInfo`: query row ``i`` of example ``b`` is real iff
+    ``i < q_lens[b]``, key ``j`` iff ``j < k_lens[b]`` (``None``: every row of that side is real);
+    the other rows are padding (segment ``-1``). ``mask_info``'s own segments, mask and patterns
+    stay (both must allow a pair).
+
+    ``q_lens`` / ``k_lens``: integer ``[batch]`` arrays, here under the names earlier
+    ``scaled_dot_product_attention`` releases gave them (``cum_seqlens_q`` / ``cum_seqlens_k``)."""
+    q = as_array(op, "query", query, ndim=4, layout="[batch, seq_q, num_heads, head_dim]")
+    k = as_array(op, "key", key, ndim=4, layout="[batch, seq_k, num_kv_heads, head_dim]")
+    b, sq, sk = int(q.shape[0]), int(q.shape[1]), int(k.shape[1])
+    valid = []
+    for name, lens, n in (("cum_seqlens_q", q_lens, sq), ("cum_seqlens_k", k_lens, sk)):
+        if lens is None:
+            valid.append(jnp.ones((b, n), bool))
+            continue
+        lens = as_array(op, name, lens, ndim=1, layout="[batch] (per-example lengths)")
+        if not jnp.issubdtype(lens.dtype, jnp.integer):
+            raise TypeError(f"{op}: {name} (per-example lengths) must have an integer dtype, got {lens.dtype}")
+        if int(lens.shape[0]) != b:
+            raise ValueError(
+                f"{op}: {name} holds per-example lengths [batch] = [{b}] (query {shape_str(q)}), got "
+                f"{shape_str(lens)}; packed sequence boundaries [num_seqs + 1] go in "
+                f"{name.replace('cum_', 'cu_')}"
+            )
+        valid.append(jnp.arange(n, dtype=jnp.int32)[None, :] < lens.astype(jnp.int32)[:, None])
+    if mask_info is None:
+        mask_info = MaskInfo()
+    elif not isinstance(mask_info, MaskInfo):
+        raise TypeError(f"{op}: mask_info must be an ejkernel.types.MaskInfo, got {type(mask_info).__name__}")
+    segments = [mask_info.q_segment_ids, mask_info.kv_segment_ids]
+    ids = []
+    for valid_side, seg, name, n in zip(valid, segments, ("q_segment_ids", "kv_segment_ids"), (sq, sk), strict=True):
+        if seg is None:
+            seg = jnp.zeros((b, n), jnp.int32)
+        elif tuple(seg.shape) != (b, n):
+            raise ValueError(f"{op}: mask_info {name} {shape_str(seg)} must be [batch, seq] = {(b, n)}")
+        ids.append(jnp.where(valid_side, seg, -1).astype(jnp.int32))
+    return mask_info.replace(q_segment_ids=ids[0], kv_segment_ids=ids[1])
 
 
 def cu_seqlens_rule(name: str, total: int) -> ValueRule:
