@@ -242,11 +242,31 @@ def test_ring_earlier_blockwise_parameters():
     for option, message in [
         ({"pdrop": 0.1, "deterministic": False}, "dropout .* is not supported"),
         ({"cache_idx": 3}, "cache_idx .* use ejkernel.page_attention"),
-        ({"attention_sink_size": 4}, "use softmax_aux"),
         ({"precision": jax.lax.Precision.HIGHEST}, "precision=.*HIGHEST is not supported"),
     ]:
         with pytest.raises(ValueError, match=message):
             ejkernel.ring_attention(q, k, v, **run, **option)
+
+
+def test_ring_causal_block_size_means_causal_and_sinks_widen_the_window():
+    """The earlier blockwise ring was causal when given ``causal_block_size`` (it had no
+    ``causal``); ``attention_sink_size`` exempts the first keys from the window only."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("sp",))
+    q, k, v = normal(0, (1, 32, 4, 16)), normal(1, (1, 32, 2, 16)), normal(2, (1, 32, 2, 16))
+    run = {"axis_name": "sp", "mesh": mesh, "in_specs": (P(None, "sp", None, None),) * 3}
+    old = ejkernel.ring_attention(q, k, v, causal_block_size=64, **run)
+    close(old, attention_reference(q, k, v, causal=True), 1e-5)
+    close(ejkernel.ring_attention(q, k, v, causal=True, attention_sink_size=4, **run), old, 0)  # no window: no-op
+    sinks = ejkernel.ring_attention(q, k, v, causal_block_size=8, sliding_window=(3, 0), attention_sink_size=2, **run)
+    i, j = np.arange(32)[:, None], np.arange(32)[None, :]
+    allowed = (j <= i) & ((j >= i - 3) | (j < 2))  # causal, and the window or one of the 2 sinks
+    mi = ejkernel.types.MaskInfo.from_attention_mask(allowed[None, None])
+    close(sinks, attention_reference(q, k, v, mask_info=mi), 1e-5)
+    with pytest.raises(ValueError, match="attention_sink_size must be >= 0"):
+        ejkernel.ring_attention(q, k, v, attention_sink_size=-1, **run)
 
 
 # -- the plain ``attention`` op: (output, attention_weights) --------------------------------------
@@ -268,6 +288,47 @@ def test_attention_returns_output_and_weights(qkv):
     assert out16.dtype == w16.dtype == jnp.bfloat16
     assert isinstance(ejkernel.modules.Attention(), ejkernel.ops.Op)
     assert ejkernel.modules.attention is ejkernel.attention
+
+
+def test_attention_takes_the_earlier_attention_mask(qkv):
+    """``attention(..., attention_mask=)``: [batch, heads (query, key/value or 1), q, k],
+    [batch, q, k], or a key mask [batch, k] shared by every query; True/nonzero = attend."""
+    q, k, v = qkv  # 4 query heads, 2 key/value heads
+    rng = np.random.default_rng(0)
+    reference = ejkernel.ops.get_op("attention").get_reference()
+    per_kv_head = rng.random((1, 2, 37, 37)) < 0.6
+    keys = rng.random((1, 37)) < 0.7
+    keys[0, 0] = True
+    for mask, full in [
+        (per_kv_head, np.repeat(per_kv_head, 2, axis=1)),  # query head j uses key/value head j // 2
+        (per_kv_head[:, :1].astype(np.int32), per_kv_head[:, :1]),
+        (per_kv_head[:, 0], per_kv_head[:, :1]),
+        (keys, np.broadcast_to(keys[:, None, None, :], (1, 1, 37, 37))),
+    ]:
+        out, w = ejkernel.attention(q, k, v, attention_mask=jnp.asarray(mask), causal=True, dtype=jnp.float32)
+        mi = ejkernel.types.MaskInfo.from_attention_mask(jnp.asarray(full))
+        ref_out, ref_w = reference(q, k, v, mask_info=mi, causal=True)
+        close(out, ref_out, 1e-5)
+        close(w, ref_w, 1e-5)
+        assert float(jnp.abs(jnp.where(jnp.asarray(full), 0.0, w)).max()) == 0.0
+    # with a bias, both apply (earlier releases dropped the mask when given a bias)
+    bias = normal(3, (1, 4, 37, 37))
+    out, _ = ejkernel.attention(q, k, v, bias, attention_mask=jnp.asarray(keys), dtype=jnp.float32)
+    mi = ejkernel.types.MaskInfo.from_attention_mask(jnp.asarray(np.broadcast_to(keys[:, None, None], (1, 1, 37, 37))))
+    close(out, reference(q, k, v, bias, mask_info=mi)[0], 1e-5)
+    from ejkernel.kernels._xla.attention import attention as earlier
+
+    close(
+        earlier(q, k, v, attention_mask=jnp.asarray(keys), dtype=jnp.float32)[0],
+        reference(q, k, v, mask_info=mi)[0],
+        1e-5,
+    )
+    with pytest.raises(ValueError, match=r"attention_mask \(1, 3, 37, 37\) must be .* heads 1, 4 \(query heads\) or 2"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.ones((1, 3, 37, 37), bool))
+    with pytest.raises(ValueError, match="attention_mask or mask_info, not both"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.asarray(keys), mask_info=mi)
+    with pytest.raises(TypeError, match="bool or integer"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.ones((1, 37)))
 
 
 def test_attention_fully_masked_rows_have_zero_weights(qkv):

@@ -66,6 +66,7 @@ __all__ = [
     "bind_attention",
     "bind_bias",
     "dense_attention_signature",
+    "earlier_attention_mask",
     "lengths_mask_info",
 ]
 
@@ -260,6 +261,36 @@ def lengths_mask_info(op: str, query: Any, key: Any, q_lens: Any, k_lens: Any, m
             raise ValueError(f"{op}: mask_info {name} {shape_str(seg)} must be [batch, seq] = {(b, n)}")
         ids.append(jnp.where(valid_side, seg, -1).astype(jnp.int32))
     return mask_info.replace(q_segment_ids=ids[0], kv_segment_ids=ids[1])
+
+
+def earlier_attention_mask(op: str, mask: Any, query: Any, key: Any) -> MaskInfo:
+    """Earlier releases' ``attention(..., attention_mask=)`` as a :class:`MaskInfo`: ``True`` /
+    nonzero = may attend; ``[batch, heads, seq_q, seq_k]`` with ``heads`` = the query heads, the
+    key/value heads (each shared by its group of query heads) or 1; ``[batch, seq_q, seq_k]``; or
+    ``[batch, seq_k]`` (keys only: every query sees the same keys)."""
+    q = as_array(op, "query", query, ndim=4, layout="[batch, seq_q, num_heads, head_dim]")
+    k = as_array(op, "key", key, ndim=4, layout="[batch, seq_k, num_kv_heads, head_dim]")
+    b, sq, h = (int(d) for d in q.shape[:3])
+    sk, hk = int(k.shape[1]), int(k.shape[2])
+    layout = "[batch, heads, seq_q, seq_k], [batch, seq_q, seq_k] or [batch, seq_k]"
+    mask = as_array(op, "attention_mask", mask, ndim=(2, 3, 4), layout=layout)
+    if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
+        raise TypeError(f"{op}: attention_mask must be a bool or integer array, got {mask.dtype}")
+    want = {2: (b, sk), 3: (b, sq, sk), 4: (b, None, sq, sk)}[mask.ndim]
+    heads_ok = mask.ndim != 4 or int(mask.shape[1]) in (1, h, hk)
+    if not heads_ok or any(w is not None and int(d) != w for d, w in zip(mask.shape, want, strict=True)):
+        raise ValueError(
+            f"{op}: attention_mask {shape_str(mask)} must be {layout} with batch={b}, seq_q={sq}, seq_k={sk} "
+            f"and heads 1, {h} (query heads) or {hk} (key/value heads); query {shape_str(q)}, key {shape_str(k)}"
+        )
+    mask = mask.astype(bool)
+    if mask.ndim == 2:
+        mask = jnp.broadcast_to(mask[:, None, None, :], (b, 1, sq, sk))
+    elif mask.ndim == 3:
+        mask = mask[:, None]
+    elif int(mask.shape[1]) == hk != h:
+        mask = jnp.repeat(mask, h // hk, axis=1)  # query head j uses key/value head j // (h // hk)
+    return MaskInfo.from_attention_mask(mask)
 
 
 def cu_seqlens_rule(name: str, total: int) -> ValueRule:
