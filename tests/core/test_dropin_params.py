@@ -27,19 +27,79 @@ def qkv():
     return normal(0, (1, 37, 4, 16)), normal(1, (1, 37, 2, 16)), normal(2, (1, 37, 2, 16))
 
 
-@pytest.mark.parametrize(
-    "op", [ejkernel.flash_attention, ejkernel.scaled_dot_product_attention], ids=lambda f: f.__name__
-)
-def test_arrays_by_position_in_the_documented_order(op, qkv):
+def test_arrays_by_position_in_the_documented_order(qkv):
     q, k, v = qkv
     bias = normal(3, (1, 4, 37, 37))
     cu = jnp.array([0, 11, 30], jnp.int32)
     aux = normal(4, (4,))
+    op = ejkernel.flash_attention
     by_name = op(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
     by_position = op(q, k, v, bias, cu, cu, aux, causal=True)
     close(by_position, by_name, 0)
     ref = attention_reference(q, k, v, bias=bias, cum_seqlens_q=cu, cum_seqlens_k=cu, softmax_aux=aux, causal=True)
     close(by_position, ref, 1e-4)
+    # scaled_dot_product_attention: the same boundaries under the name cu_seqlens_q/k.
+    sdpa = ejkernel.scaled_dot_product_attention(
+        q, k, v, bias, softmax_aux=aux, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True
+    )
+    close(sdpa, ref, 1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_cum_seqlens_are_per_example_lengths(causal):
+    """Earlier releases passed ``cum_seqlens_q/k`` to ``jax.nn.dot_product_attention`` as
+    ``query_seq_lengths`` / ``key_value_seq_lengths``: the same call gives the same output."""
+    q, k, v = normal(0, (3, 20, 4, 16)), normal(1, (3, 20, 2, 16)), normal(2, (3, 20, 2, 16))
+    q_lens, kv_lens = jnp.array([20, 7, 13], jnp.int32), jnp.array([20, 11, 5], jnp.int32)
+    want = jax.nn.dot_product_attention(
+        q, k, v, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens, is_causal=causal, implementation="xla"
+    )
+    got = ejkernel.scaled_dot_product_attention(q, k, v, None, q_lens, kv_lens, causal=causal)
+    close(got, want, 1e-5)
+    assert float(jnp.abs(got[1, 7:]).max()) == 0.0  # rows past the length
+    by_name = ejkernel.scaled_dot_product_attention(q, k, v, cum_seqlens_q=q_lens, cum_seqlens_k=kv_lens, causal=causal)
+    close(by_name, got, 0)
+    keys_only = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=kv_lens, is_causal=causal)
+    close(ejkernel.scaled_dot_product_attention(q, k, v, cum_seqlens_k=kv_lens, causal=causal), keys_only, 1e-5)
+    g = jax.grad(lambda q: ejkernel.scaled_dot_product_attention(q, k, v, None, q_lens, kv_lens, causal=causal).sum())
+    g_ref = jax.grad(
+        lambda q: jax.nn.dot_product_attention(
+            q, k, v, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens, is_causal=causal
+        ).sum()
+    )
+    close(g(q), g_ref(q), 1e-5)
+
+
+def test_sdpa_lengths_and_boundaries_are_told_by_name():
+    """A length-3 vector means per-example lengths as ``cum_seqlens_q`` and boundaries of two
+    packed sequences as ``cu_seqlens_q``, whatever its shape suggests."""
+    q = normal(0, (2, 12, 2, 16))
+    cu = jnp.array([0, 5, 12], jnp.int32)
+    with pytest.raises(ValueError, match=r"per-example lengths \[batch\] = \[2\].* go in cu_seqlens_q"):
+        ejkernel.scaled_dot_product_attention(q, q, q, None, cu)
+    packed = ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], cu_seqlens_q=cu)
+    close(packed, ejkernel.flash_attention(q[:1], q[:1], q[:1], None, cu), 1e-5)
+    five = jnp.array([5], jnp.int32)
+    lengths = ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], None, five, five)
+    close(lengths[:, :5], ejkernel.flash_attention(q[:1, :5], q[:1, :5], q[:1, :5]), 1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        ejkernel.scaled_dot_product_attention(q[:1], q[:1], q[:1], None, jnp.array([5]), cu_seqlens_q=cu)
+    with pytest.raises(TypeError, match="integer dtype"):
+        ejkernel.scaled_dot_product_attention(q, q, q, None, jnp.array([5.0, 3.0]))
+
+
+def test_sdpa_lengths_meet_a_mask_info_and_empty_examples_are_zero():
+    q = normal(0, (2, 10, 2, 16))
+    seg = jnp.array([[0] * 4 + [1] * 6, [0] * 10], jnp.int32)
+    mi = ejkernel.types.MaskInfo.from_segments(seg).with_causal()
+    lens = jnp.array([8, 0], jnp.int32)
+    got = ejkernel.scaled_dot_product_attention(q, q, q, None, lens, lens, mask_info=mi)
+    valid = jnp.arange(10)[None] < lens[:, None]
+    ref = attention_reference(
+        q, q, q, mask_info=ejkernel.types.MaskInfo.from_segments(jnp.where(valid, seg, -1)), causal=True
+    )
+    close(got, ref, 1e-5)
+    assert float(jnp.abs(got[1]).max()) == 0.0  # no key in example 1: zeros (jax.nn.dot_product_attention: the mean)
 
 
 @pytest.mark.parametrize(
@@ -188,11 +248,31 @@ def test_ring_earlier_blockwise_parameters():
     for option, message in [
         ({"pdrop": 0.1, "deterministic": False}, "dropout .* is not supported"),
         ({"cache_idx": 3}, "cache_idx .* use ejkernel.page_attention"),
-        ({"attention_sink_size": 4}, "use softmax_aux"),
         ({"precision": jax.lax.Precision.HIGHEST}, "precision=.*HIGHEST is not supported"),
     ]:
         with pytest.raises(ValueError, match=message):
             ejkernel.ring_attention(q, k, v, **run, **option)
+
+
+def test_ring_causal_block_size_means_causal_and_sinks_widen_the_window():
+    """The earlier blockwise ring was causal when given ``causal_block_size`` (it had no
+    ``causal``); ``attention_sink_size`` exempts the first keys from the window only."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("sp",))
+    q, k, v = normal(0, (1, 32, 4, 16)), normal(1, (1, 32, 2, 16)), normal(2, (1, 32, 2, 16))
+    run = {"axis_name": "sp", "mesh": mesh, "in_specs": (P(None, "sp", None, None),) * 3}
+    old = ejkernel.ring_attention(q, k, v, causal_block_size=64, **run)
+    close(old, attention_reference(q, k, v, causal=True), 1e-5)
+    close(ejkernel.ring_attention(q, k, v, causal=True, attention_sink_size=4, **run), old, 0)  # no window: no-op
+    sinks = ejkernel.ring_attention(q, k, v, causal_block_size=8, sliding_window=(3, 0), attention_sink_size=2, **run)
+    i, j = np.arange(32)[:, None], np.arange(32)[None, :]
+    allowed = (j <= i) & ((j >= i - 3) | (j < 2))  # causal, and the window or one of the 2 sinks
+    mi = ejkernel.types.MaskInfo.from_attention_mask(allowed[None, None])
+    close(sinks, attention_reference(q, k, v, mask_info=mi), 1e-5)
+    with pytest.raises(ValueError, match="attention_sink_size must be >= 0"):
+        ejkernel.ring_attention(q, k, v, attention_sink_size=-1, **run)
 
 
 # -- the plain ``attention`` op: (output, attention_weights) --------------------------------------
@@ -214,6 +294,47 @@ def test_attention_returns_output_and_weights(qkv):
     assert out16.dtype == w16.dtype == jnp.bfloat16
     assert isinstance(ejkernel.modules.Attention(), ejkernel.ops.Op)
     assert ejkernel.modules.attention is ejkernel.attention
+
+
+def test_attention_takes_the_earlier_attention_mask(qkv):
+    """``attention(..., attention_mask=)``: [batch, heads (query, key/value or 1), q, k],
+    [batch, q, k], or a key mask [batch, k] shared by every query; True/nonzero = attend."""
+    q, k, v = qkv  # 4 query heads, 2 key/value heads
+    rng = np.random.default_rng(0)
+    reference = ejkernel.ops.get_op("attention").get_reference()
+    per_kv_head = rng.random((1, 2, 37, 37)) < 0.6
+    keys = rng.random((1, 37)) < 0.7
+    keys[0, 0] = True
+    for mask, full in [
+        (per_kv_head, np.repeat(per_kv_head, 2, axis=1)),  # query head j uses key/value head j // 2
+        (per_kv_head[:, :1].astype(np.int32), per_kv_head[:, :1]),
+        (per_kv_head[:, 0], per_kv_head[:, :1]),
+        (keys, np.broadcast_to(keys[:, None, None, :], (1, 1, 37, 37))),
+    ]:
+        out, w = ejkernel.attention(q, k, v, attention_mask=jnp.asarray(mask), causal=True, dtype=jnp.float32)
+        mi = ejkernel.types.MaskInfo.from_attention_mask(jnp.asarray(full))
+        ref_out, ref_w = reference(q, k, v, mask_info=mi, causal=True)
+        close(out, ref_out, 1e-5)
+        close(w, ref_w, 1e-5)
+        assert float(jnp.abs(jnp.where(jnp.asarray(full), 0.0, w)).max()) == 0.0
+    # with a bias, both apply (earlier releases dropped the mask when given a bias)
+    bias = normal(3, (1, 4, 37, 37))
+    out, _ = ejkernel.attention(q, k, v, bias, attention_mask=jnp.asarray(keys), dtype=jnp.float32)
+    mi = ejkernel.types.MaskInfo.from_attention_mask(jnp.asarray(np.broadcast_to(keys[:, None, None], (1, 1, 37, 37))))
+    close(out, reference(q, k, v, bias, mask_info=mi)[0], 1e-5)
+    from ejkernel.kernels._xla.attention import attention as earlier
+
+    close(
+        earlier(q, k, v, attention_mask=jnp.asarray(keys), dtype=jnp.float32)[0],
+        reference(q, k, v, mask_info=mi)[0],
+        1e-5,
+    )
+    with pytest.raises(ValueError, match=r"attention_mask \(1, 3, 37, 37\) must be .* heads 1, 4 \(query heads\) or 2"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.ones((1, 3, 37, 37), bool))
+    with pytest.raises(ValueError, match="attention_mask or mask_info, not both"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.asarray(keys), mask_info=mi)
+    with pytest.raises(TypeError, match="bool or integer"):
+        ejkernel.attention(q, k, v, attention_mask=jnp.ones((1, 37)))
 
 
 def test_attention_fully_masked_rows_have_zero_weights(qkv):

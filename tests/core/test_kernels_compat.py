@@ -84,3 +84,24 @@ def test_every_op_under_every_backend_and_errors():
         from ejkernel.kernels._xla.page_attention import page_attention
 
         page_attention(*_paged(True), scale=0.1, softmax_scale=0.1)
+
+
+def test_the_backend_package_holds_the_function_not_the_module():
+    """``from ejkernel.kernels._xla import page_attention`` is the function, as earlier releases'
+    package ``__init__`` made it, whichever of the two import forms runs first."""
+    import inspect
+
+    first = importlib.import_module("ejkernel.kernels._cuda.mean_pooling").mean_pooling  # the submodule first
+    from ejkernel.kernels._cuda import mean_pooling as then
+
+    assert inspect.isfunction(first) and then is first
+    from ejkernel.kernels._triton import gla_attention as fresh  # the package's attribute, importing the submodule
+
+    assert inspect.isfunction(fresh)
+    from ejkernel.kernels._xla import page_attention
+    from ejkernel.kernels._xla.page_attention import page_attention as same
+
+    assert inspect.isfunction(page_attention) and page_attention is same
+    q, kc, vc, lens, tables = _paged(layout_heads_first=False)
+    got = page_attention(q, kc, vc, lens, tables)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ejkernel.page_attention(q, kc, vc, lens, tables)))

@@ -894,3 +894,40 @@ def test_flash_attention_with_a_decode_window(rng):
     )
     eq(mi.attention_mask[:, 0, 0], want)
     close(out, attention_reference(q, k_cut, v_cut, mask_info=MaskInfo.from_attention_mask(want[:, None, None])))
+
+
+# -- from_cu_seqlens in earlier releases' form (max_q_len=) ---------------------------------------
+
+
+def test_from_cu_seqlens_earlier_form_is_a_padding_mask_per_example():
+    """Earlier releases: ``[start_0, end_0, start_1, end_1, ...]`` pairs and ``max_q_len``; told
+    from the packed form by the keyword, never by the shape."""
+    mi = MaskInfo.from_cu_seqlens(jnp.array([0, 5, 2, 6]), max_q_len=8)
+    eq(mi.q_segment_ids, [[0, 0, 0, 0, 0, -1, -1, -1], [-1, -1, 0, 0, 0, 0, -1, -1]])
+    eq(mi.kv_segment_ids, mi.q_segment_ids)
+    cross = MaskInfo.from_cu_seqlens(
+        jnp.array([0, 3, 0, 2]), max_q_len=4, cu_seqlens_kv=jnp.array([0, 4, 1, 3]), max_kv_len=5,
+        q_positions=jnp.zeros((2, 4), jnp.int32), sequence_axis_name="seq",
+    )  # fmt: skip
+    eq(cross.q_segment_ids, [[0, 0, 0, -1], [0, 0, -1, -1]])
+    eq(cross.kv_segment_ids, [[0, 0, 0, 0, -1], [-1, 0, 0, -1, -1]])
+    assert cross.sequence_axis_name == "seq" and cross.q_positions.shape == (2, 4)
+    # The same three numbers in the packed form: two sequences in one row.
+    eq(MaskInfo.from_cu_seqlens(jnp.array([0, 3, 7])).q_segment_ids, [[0, 0, 0, 1, 1, 1, 1]])
+    q = jax.random.normal(jax.random.key(0), (2, 8, 2, 16))
+    out = ejkernel.flash_attention(q, q, q, mask_info=mi)
+    pad = np.zeros((2, 8), bool)
+    pad[0, :5] = pad[1, 2:6] = True
+    ref = attention_reference(q, q, q, mask_info=MaskInfo.from_attention_mask(jnp.asarray(pad)))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5, rtol=1e-5)
+
+
+def test_from_cu_seqlens_forms_do_not_mix():
+    with pytest.raises(ValueError, match=r"holds \[start, end\) pairs.*length 2 x batch.*got shape \(3,\)"):
+        MaskInfo.from_cu_seqlens(jnp.array([0, 3, 7]), max_q_len=8)
+    with pytest.raises(TypeError, match="max_q_len= takes the earlier form"):
+        MaskInfo.from_cu_seqlens(jnp.array([0, 3]), seq_len_q=4, max_q_len=4)
+    with pytest.raises(TypeError, match="cu_seqlens_kv= and max_kv_len= belong to the earlier form"):
+        MaskInfo.from_cu_seqlens(jnp.array([0, 3]), cu_seqlens_kv=jnp.array([0, 3]))
+    with pytest.raises(ValueError, match="a pair per example each, got 2 and 1"):
+        MaskInfo.from_cu_seqlens(jnp.array([0, 3, 0, 2]), max_q_len=4, cu_seqlens_kv=jnp.array([0, 3]))

@@ -773,3 +773,83 @@ def test_executor_compile():
     np.testing.assert_allclose(f(q, q, q), ejkernel.flash_attention(q, q, q, causal=True, platform="xla"), atol=1e-6)
     k2 = q * 0.5
     np.testing.assert_allclose(f(q, k2, q), ejkernel.flash_attention(q, k2, q, causal=True, platform="xla"), atol=1e-6)
+
+
+# -- earlier registry names and config fields --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("earlier", "op"),
+    [
+        ("gla", "gla_attention"),
+        ("lightning_attn", "lightning_attention"),
+        ("recurrent", "recurrent_attention"),
+        ("kda", "kernel_delta_attention"),
+        ("kda_decay", "kernel_delta_attention"),
+        ("ssm1", "state_space_v1"),
+        ("mamba1", "state_space_v1"),
+        ("ssm2", "state_space_v2"),
+        ("mamba2", "state_space_v2"),
+        ("grouped_matmulv2", "grouped_matmul"),
+        ("grouped_matmulv3", "grouped_matmul"),
+    ],
+)
+def test_earlier_registry_names_resolve(earlier, op):
+    registry = ejkernel.ops.kernel_registry
+    assert registry.get(earlier, platform="xla") is registry.get(op, platform="xla")
+    assert registry.get(algorithm=earlier, platform="xla").op_name == op
+    assert registry.implementations(earlier) == registry.implementations(op)
+
+
+def test_an_implementation_registered_under_an_earlier_name_serves_the_op():
+    from ejkernel.ops import KernelRegistry, Platform
+
+    registry = KernelRegistry(entry_point_group=None)
+    registry.register("ssm2", Platform.XLA, name="mine")(lambda args, cfg: None)
+    assert [i.op_name for i in registry.implementations("state_space_v2")] == ["state_space_v2"]
+    registry.unregister("mamba2", "mine")
+    assert registry.implementations("state_space_v2") == []
+
+
+def test_earlier_config_fields():
+    from ejkernel.modules.operations import configs
+
+    # Fields that tiled the earlier kernels only: accepted, dropped; same-named fields kept.
+    gla = configs.GLAttentionConfig(block_q=64, block_k=64, block_d=64, num_warps=4, num_stages=1, platform="xla")
+    assert gla == configs.GLAttentionConfig(num_warps=4, num_stages=1, platform="xla")
+    for name in ("LightningAttentionConfig", "RecurrentAttentionConfig"):
+        assert getattr(configs, name)(block_q=64, block_k=64, block_d=64) == getattr(configs, name)()
+    assert configs.AttentionConfig(block_q=128, block_k=128, num_warps=4, num_stages=2) == configs.AttentionConfig()
+    sdpa = configs.ScaledDotProductAttentionConfig
+    assert sdpa(block_q=128, block_k=128, num_warps=4, num_stages=2) == sdpa()
+    assert configs.StateSpaceV2Config(block_e=128, n_groups=1, use_gated_rmsnorm=False, rmsnorm_eps=1e-5) == (
+        configs.StateSpaceV2Config()
+    )
+    # The v0.0.16 ring config: its chunk sizes are the inner kernel's forward tiles, as the call's are.
+    ring = configs.RingAttentionConfig(block_q=128, block_k=128, query_chunk_size=64, key_chunk_size=32, num_warps=4)
+    assert ring.fwd_params == OurFwd(q_blocksize=64, kv_blocksize=32, num_warps=4)
+    assert configs.GatedDeltaRuleConfig(use_chunked=False, chunk_size=64).chunked is False
+    assert configs.GatedDeltaRuleConfig(use_input_dtype_state=False) == configs.GatedDeltaRuleConfig()
+    # Settings of a call's meaning are refused unless they change nothing, naming what to use.
+    with pytest.raises(ValueError, match=r"StateSpaceV2Config.n_groups=2 .* pass n_groups= to state_space_v2"):
+        configs.StateSpaceV2Config(n_groups=2)
+    with pytest.raises(ValueError, match=r"use_input_dtype_state=True .* float32"):
+        configs.GatedDeltaRuleConfig(use_input_dtype_state=True)
+    with pytest.raises(ValueError, match="pass fwd_params or the earlier fields"):
+        configs.RingAttentionConfig(fwd_params=OurFwd(q_blocksize=16), query_chunk_size=64)
+    with pytest.raises(TypeError, match=r"GLAttentionConfig got an unexpected field 'blok_q'; fields: .*block_q"):
+        configs.GLAttentionConfig(blok_q=64)
+    with pytest.raises(ValueError, match=r"GLAttentionConfig.num_warps must be a power of two"):
+        configs.GLAttentionConfig(block_q=64, num_warps=3)  # the kept fields are still validated
+
+
+def test_an_earlier_config_configures_the_call():
+    q = k = v = jax.random.normal(jax.random.key(0), (1, 32, 2, 16))
+    cfg = ejkernel.modules.RingAttentionConfig(query_chunk_size=16, key_chunk_size=8, platform="xla")
+    with ejkernel.ops.record_dispatches() as log:
+        out = ejkernel.ring_attention(q, k, v, causal=True, cfg=cfg)
+    fwd = log[0].config.fwd_params
+    assert (fwd.q_blocksize, fwd.kv_blocksize) == (16, 8)
+    np.testing.assert_allclose(
+        np.asarray(out), np.asarray(ejkernel.flash_attention(q, k, v, causal=True)), atol=1e-5, rtol=1e-5
+    )

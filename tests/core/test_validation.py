@@ -246,8 +246,10 @@ def test_dropout_seed_float_array(qkv):
 
 @dense
 def test_cum_seqlens_with_batch_2(op, qkv):
-    with pytest.raises(ValueError, match=r"query batch must be 1, got 2"):
-        op(*qkv, cum_seqlens_q=jnp.array([0, 3, 8], jnp.int32))
+    # scaled_dot_product_attention names packed boundaries cu_seqlens_q (its cum_seqlens_q are lengths).
+    name = "cu_seqlens_q" if op is ejkernel.scaled_dot_product_attention else "cum_seqlens_q"
+    with pytest.raises(ValueError, match=rf"with {name} the sequences are packed .* query batch must be 1, got 2"):
+        op(*qkv, **{name: jnp.array([0, 3, 8], jnp.int32)})
 
 
 def test_cum_seqlens_k_without_q(rng):

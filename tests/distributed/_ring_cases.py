@@ -40,14 +40,18 @@ class RingCase:
     batch: int = 2
     seq_per_device: int = 8
     head_dim: int = 16
+    sinks: int = 0  # earlier releases' attention_sink_size: the first keys, exempt from the window
 
     def options(self) -> dict[str, Any]:
-        return {
+        out = {
             "causal": self.causal,
             "sliding_window": self.window,
             "logits_soft_cap": self.soft_cap,
             "softmax_scale": self.scale,
         }
+        if self.sinks:
+            out["attention_sink_size"] = self.sinks
+        return out
 
 
 CASES = [
@@ -59,6 +63,10 @@ CASES = [
     RingCase("causal-window-zigzag", causal=True, layout="zigzag", window=(9, 0)),
     RingCase("segments-causal-zigzag", causal=True, layout="zigzag", segments=True),
     RingCase("segments-full-contiguous", segments=True),
+    # Sinks inside the first chunk, exactly one device's keys, and two zig-zag chunks plus part of a third.
+    RingCase("window-sinks-causal-contiguous", causal=True, window=(5, 0), sinks=3),
+    RingCase("window-sinks-one-shard", window=(4, 2), sinks=8, kv_heads=1),
+    RingCase("window-sinks-zigzag-segments", causal=True, layout="zigzag", window=(6, 2), sinks=11, segments=True),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -146,9 +154,18 @@ def reference_value_and_grads(
     seg = inputs.get("seg")
     mask_info = None if seg is None else ejkernel.MaskInfo.from_segments(jnp.asarray(seg))
     w = jnp.asarray(inputs["w"])
+    options = case.options()
+    if options.pop("attention_sink_size", 0):
+        # Sinks: key j is in the window of query i, or one of the first `sinks` keys (a pairwise mask).
+        n, (left, right) = inputs["q"].shape[1], options.pop("sliding_window")
+        i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+        pair = ((j >= i - left) & (j <= i + right)) | (j < case.sinks)
+        if mask_info is not None:
+            pair = pair & np.asarray(mask_info.attention_mask)
+        mask_info = ejkernel.MaskInfo.from_attention_mask(np.broadcast_to(pair, (case.batch, 1, n, n)))
 
     def loss(q: Any, k: Any, v: Any) -> Any:
-        out = attention_reference(q, k, v, mask_info=mask_info, precision=precision, **case.options())
+        out = attention_reference(q, k, v, mask_info=mask_info, precision=precision, **options)
         return jnp.sum(out * w), out
 
     (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(

@@ -88,6 +88,15 @@ def test_mesh_shards_the_columns(mesh):
         lhs, jnp.swapaxes(rhs, 1, 2), sizes, transpose_rhs=True, mesh=mesh, in_specs=(P(), P(None, "ep"), P())
     )
     np.testing.assert_allclose(np.asarray(got_t), np.asarray(want), atol=1e-5)
+    # rhs_scale [groups, num_blocks, 1, n] follows the columns it scales.
+    scale = jnp.asarray(rng.uniform(0.5, 2.0, (3, 2, 1, 64)), jnp.float32)
+    want_s = ejkernel.grouped_matmul(lhs, rhs, sizes, rhs_scale=scale)
+    got_s = ejkernel.grouped_matmul(
+        lhs, rhs, sizes, rhs_scale=scale, mesh=mesh, in_specs=(P(), P(None, None, "ep"), P())
+    )
+    np.testing.assert_allclose(np.asarray(got_s), np.asarray(want_s), atol=1e-5)
+    dense = lhs @ (rhs[2] * jnp.repeat(scale[2, :, 0], 16, axis=0))  # group 2: rows 20..44, two blocks of 16
+    np.testing.assert_allclose(np.asarray(got_s[20:45]), np.asarray(dense[20:45]), atol=1e-4)
 
 
 @pytest.mark.parametrize(

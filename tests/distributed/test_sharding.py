@@ -297,10 +297,19 @@ def test_varlen_on_a_one_axis_mesh(rng):
     cu = jnp.asarray([0, 7, 12, 20], jnp.int32)
     spec = P(None, None, "tp", None)
     out = ejkernel.scaled_dot_product_attention(
-        q, k, v, cum_seqlens_q=cu, causal=True, mesh=mesh1, in_specs=(spec,) * 3, out_specs=spec
+        q, k, v, cu_seqlens_q=cu, causal=True, mesh=mesh1, in_specs=(spec,) * 3, out_specs=spec
     )
-    close(out, ejkernel.scaled_dot_product_attention(q, k, v, cum_seqlens_q=cu, causal=True))
+    close(out, ejkernel.scaled_dot_product_attention(q, k, v, cu_seqlens_q=cu, causal=True))
     close(out, attention_reference(q, k, v, cum_seqlens_q=cu, causal=True))
+
+
+def test_sdpa_per_example_lengths_under_a_mesh(mesh, rng):
+    """``scaled_dot_product_attention``'s ``cum_seqlens_q/k`` (per-example lengths) follow the batch's sharding."""
+    q, k, v = qkv(rng, hk=4)
+    lens = jnp.asarray([16, 9], jnp.int32)
+    out = ejkernel.scaled_dot_product_attention(q, k, v, None, lens, lens, causal=True, mesh=mesh, in_specs=SPECS)
+    want = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lens, key_value_seq_lengths=lens, is_causal=True)
+    close(out, want)
 
 
 # -- dropout ---------------------------------------------------------------------------------

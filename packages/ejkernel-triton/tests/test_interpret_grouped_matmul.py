@@ -60,7 +60,9 @@ def test_the_registered_implementation():
 @pytest.mark.parametrize("cfg_id", list(CONFIGS))
 @pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: c.name)
 def test_conformance(case, cfg_id):
-    assert C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU) == "ok"
+    # A scale per block of k is declared unsupported (the XLA implementation applies it).
+    expected = "declined" if case.scale_blocks > 1 else "ok"
+    assert C.check_impl(IMPL, case, CONFIGS[cfg_id], device=GPU) == expected
 
 
 def test_heuristic_config_runs():

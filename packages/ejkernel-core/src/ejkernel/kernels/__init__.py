@@ -110,6 +110,17 @@ def _module_of(platform: str) -> str:
     return next(name for name, p in BACKENDS.items() if p == platform)
 
 
+class _BackendPackage(types.ModuleType):
+    """``ejkernel.kernels._<backend>``: its ``<op>`` attribute is the op's function, as in earlier
+    releases (whose package ``__init__`` imported ``from .<op> import <op>``), also after the
+    import system binds the imported submodule ``<op>`` to it."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
+            value = getattr(value, name, value)
+        super().__setattr__(name, value)
+
+
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     PREFIX = __name__ + "."
 
@@ -140,6 +151,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         backend, rest = parts[0], parts[1:]
         if not rest:
             module.__doc__ = f"Earlier releases' {backend} kernels: ``ejkernel.kernels.{backend}.<op>``."
+            module.__class__ = _BackendPackage
             return
         op = rest[0]
         module.__doc__ = f"``ejkernel.{op}`` on platform {BACKENDS[backend]!r}, under its earlier import path."

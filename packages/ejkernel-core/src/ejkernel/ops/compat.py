@@ -99,6 +99,8 @@ from .selection import ConfigSelectorChain, Tier
 from .timing import time_callable
 
 __all__ = [
+    "EARLIER_CONFIG_FIELDS",
+    "EARLIER_CONFIG_REFUSED",
     "PARAM_ALIASES",
     "REFUSED",
     "AutotunePolicy",
@@ -116,6 +118,7 @@ __all__ = [
     "benchmark",
     "default_key_builder_with_sharding",
     "device_kind",
+    "earlier_config_fields",
     "forward_autotune_only",
     "from_json",
     "get_device_platform",
@@ -1177,6 +1180,93 @@ class BwdParams(metaclass=_EarlierParams):
 
 
 # -- the op configs (ejkernel.modules.operations.configs) -------------------------------------------
+
+#: Earlier releases' op config fields that are not fields here, per config class: a field name
+#: (the same setting under its name here), ``"fwd_params.<field>"`` (a field of the forward
+#: tiling), or ``None`` (accepted and ignored: a tile of the earlier kernels, which changes no
+#: result). Fields with the same name here (``num_warps``, ``block_m``, ...) need no entry.
+EARLIER_CONFIG_FIELDS: dict[str, dict[str, str | None]] = {
+    "AttentionConfig": dict.fromkeys(
+        ("block_q", "block_k", "num_warps", "num_stages", "weights_block_q", "weights_block_k")
+    ),
+    "ScaledDotProductAttentionConfig": dict.fromkeys(("block_q", "block_k", "num_warps", "num_stages")),
+    "RingAttentionConfig": {
+        "block_q": None,
+        "block_k": None,
+        # As ring_attention's call parameters of these names: the inner kernel's forward tiles.
+        "query_chunk_size": "fwd_params.q_blocksize",
+        "key_chunk_size": "fwd_params.kv_blocksize",
+        "num_warps": "fwd_params.num_warps",
+        "num_stages": "fwd_params.num_stages",
+    },
+    "GLAttentionConfig": dict.fromkeys(("block_q", "block_k", "block_d")),
+    "LightningAttentionConfig": dict.fromkeys(("block_q", "block_k", "block_d")),
+    "RecurrentAttentionConfig": dict.fromkeys(("block_q", "block_k", "block_d")),
+    "StateSpaceV2Config": {"block_e": None},
+    "GatedDeltaRuleConfig": {"use_chunked": "chunked"},
+}
+
+#: Earlier config fields that held a call's semantics: accepted only as ``None`` or the value
+#: given (the earlier default, or what the kernels here do), else ``ValueError`` saying what to
+#: use instead; never silently dropped.
+EARLIER_CONFIG_REFUSED: dict[str, dict[str, tuple[Any, str]]] = {
+    "StateSpaceV2Config": {
+        "n_groups": (1, "it is the call's argument here: pass n_groups= to state_space_v2(...)"),
+        "use_gated_rmsnorm": (False, "it is the call's argument here: pass use_gated_rmsnorm= to state_space_v2(...)"),
+        "rmsnorm_eps": (1e-5, "it is the call's argument here: pass rmsnorm_eps= to state_space_v2(...)"),
+    },
+    "GatedDeltaRuleConfig": {
+        # False: the state and the first phase's outputs in float32, as the kernels here keep them.
+        "use_input_dtype_state": (False, "the kernels keep the state in float32"),
+        "use_input_dtype_phase1_outputs": (False, "the kernels keep the chunk outputs in float32"),
+    },
+}
+
+
+def earlier_config_fields(cls: type[OpConfig], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``cls(...)`` with earlier releases' field names (:data:`EARLIER_CONFIG_FIELDS`,
+    :data:`EARLIER_CONFIG_REFUSED`) mapped onto ``cls``'s fields; ``TypeError`` for a name that is
+    neither."""
+    name = cls.__name__
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    aliases = EARLIER_CONFIG_FIELDS.get(name, {})
+    refused = EARLIER_CONFIG_REFUSED.get(name, {})
+    out: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    source: dict[str, str] = {}
+    for key, value in kwargs.items():
+        if key in fields:
+            target: str | None = key
+        elif key in aliases:
+            target = aliases[key]
+        elif key in refused:
+            allowed, instead = refused[key]
+            if value is not None and value != allowed:
+                raise ValueError(f"{name}.{key}={value!r} is not supported here: {instead}")
+            continue
+        else:
+            known = sorted(fields | aliases.keys() | refused.keys())
+            raise TypeError(f"{name} got an unexpected field {key!r}; fields: {', '.join(known)}")
+        if target is None or value is None:
+            continue
+        group, _, field = target.partition(".")
+        where = f"{group}.{field}" if field else group
+        if where in source:
+            raise ValueError(
+                f"{name}: {source[where]}={value!r} and {key}={value!r} set the same field ({where}); give one"
+            )
+        source[where] = key
+        if field:
+            nested.setdefault(group, {})[field] = value
+        else:
+            out[group] = value
+    for group, values in nested.items():
+        given = out.get(group)
+        if given is not None:
+            raise ValueError(f"{name}: pass {group} or the earlier fields {sorted(values)} that set it, not both")
+        params_cls = _FwdParams if group == "fwd_params" else _BwdParams
+        out[group] = params_cls(**values)
+    return out
 
 
 def operation_configs() -> dict[str, type[OpConfig]]:

@@ -188,8 +188,26 @@ class BwdParams(_Params):
     __doc__ = "Backward-pass parameters. " + (_Params.__doc__ or "")
 
 
+@functools.cache
+def _init_fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+class _OpConfigType(type):
+    """Builds an op config from earlier releases' field names too (``GLAttentionConfig(block_q=64)``):
+    keywords that are not fields of the class go through :func:`ejkernel.ops.compat.earlier_config_fields`,
+    which maps them onto fields, drops those that only tuned earlier kernels, or raises."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.keys() <= _init_fields(cls):
+            from .compat import earlier_config_fields
+
+            kwargs = earlier_config_fields(cls, kwargs)
+        return super().__call__(*args, **kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
-class OpConfig(_Serializable):
+class OpConfig(_Serializable, metaclass=_OpConfigType):
     """Base of every op's config class (``FlashAttentionConfig``, ``PageAttentionConfig``, ...).
 
     Attributes:

@@ -14,6 +14,10 @@ variables set the defaults once, at import; nothing reads them later in a call p
 ``EJKERNEL_CHECKS``            ``1`` (or ``checkify``) checks traced index arrays (:mod:`ejkernel.ops.checks`)
 =============================  ==============================================================
 
+Earlier releases' names are read too, where the names above are not set:
+``EJKERNEL_AUTOTUNE_POLICY=autotune`` (or ``heuristics``) is ``EJKERNEL_AUTOTUNE=1`` (or ``0``),
+``EJKERNEL_PERSISTENT_CACHE_DIR`` is ``EJKERNEL_CACHE_DIR``.
+
 Note that ops pick their implementation and config when they are traced: a jitted function
 keeps what was chosen at its first trace, whatever policy is in force when it is called later.
 """
@@ -137,6 +141,9 @@ class Policy:
         """
         env = os.environ if env is None else env
         readers = {
+            # Earlier releases' names first: the names of this library, read after them, win.
+            "EJKERNEL_AUTOTUNE_POLICY": lambda raw: {"autotune": _earlier_autotune_policy(raw)},
+            "EJKERNEL_PERSISTENT_CACHE_DIR": lambda raw: {"cache_dir": Path(raw).expanduser()},
             "EJKERNEL_AUTOTUNE": lambda raw: {"autotune": _env_bool(env, "EJKERNEL_AUTOTUNE", False)},
             "EJKERNEL_PERSISTENT_CACHE": lambda raw: {
                 "persistent_cache": _env_bool(env, "EJKERNEL_PERSISTENT_CACHE", True)
@@ -170,6 +177,14 @@ class Policy:
                 continue
             kwargs.update(value)
         return cls(**kwargs)
+
+
+def _earlier_autotune_policy(raw: str) -> bool:
+    """Earlier releases' ``EJKERNEL_AUTOTUNE_POLICY`` (their cache-miss fallback) as ``autotune``."""
+    value = raw.strip().lower()
+    if value not in ("autotune", "heuristics"):
+        raise ValueError(f"must be 'autotune' or 'heuristics', got {raw!r}")
+    return value == "autotune"
 
 
 def _initial_policy() -> Policy:

@@ -36,6 +36,7 @@ from .impl import _DIRECT, Backend, FunctionImpl, KernelImpl, Platform, declared
 from .policy import Policy, current_policy
 
 __all__ = [
+    "EARLIER_OP_NAMES",
     "ENTRY_POINT_GROUP",
     "KNOWN_BACKENDS",
     "Backend",
@@ -114,6 +115,28 @@ class BackendInfo:
 
 T = TypeVar("T")
 
+#: Earlier releases' registry names of ops ("algorithms": ``kernel_registry.get("gla", ...)``,
+#: ``register("ssm1", ...)``) → the op names here. The registry answers to both.
+EARLIER_OP_NAMES: dict[str, str] = {
+    "gla": "gla_attention",
+    "lightning_attn": "lightning_attention",
+    "recurrent": "recurrent_attention",
+    "kda": "kernel_delta_attention",
+    "kda_decay": "kernel_delta_attention",
+    "ssm1": "state_space_v1",
+    "mamba1": "state_space_v1",
+    "ssm2": "state_space_v2",
+    "mamba2": "state_space_v2",
+    # Earlier kernel versions of the grouped GEMM; here one op whose implementation the registry picks.
+    "grouped_matmulv2": "grouped_matmul",
+    "grouped_matmulv3": "grouped_matmul",
+}
+
+
+def _op(name: Any) -> Any:
+    """The op name here for ``name`` (an earlier registry name, or already one of ours)."""
+    return EARLIER_OP_NAMES.get(name, name) if isinstance(name, str) else name
+
 
 def _platform(value: Platform | str) -> Platform:
     try:
@@ -171,6 +194,7 @@ class KernelRegistry:
         unique for the op; it is what ``platform=`` and cache keys use. Among the
         implementations that accept a call, the highest ``priority`` wins.
         """
+        op = _op(op)
         plat = _platform(platform)
         back = _backend(backend)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -203,6 +227,7 @@ class KernelRegistry:
         return deco
 
     def unregister(self, op: str, name: str) -> None:
+        op = _op(op)
         with self._lock:
             impls = self._impls.get(op, [])
             self._impls[op] = [i for i in impls if i.name != name]
@@ -328,6 +353,7 @@ class KernelRegistry:
 
     def implementations(self, op: str | None = None, *, policy: Policy | None = None) -> list[KernelImpl]:
         """Registered implementations (of ``op``, or all), best priority first."""
+        op = _op(op)
         self.load_plugins(policy)
         with self._lock:
             impls = [i for lst in self._impls.values() for i in lst] if op is None else list(self._impls.get(op, []))
@@ -372,7 +398,8 @@ class KernelRegistry:
 
         This does not ask the implementation whether it accepts any particular call; the
         returned object is callable like the op (``impl(q, k, v, causal=True)``), which does.
-        ``algorithm=`` is earlier releases' name for ``op``.
+        ``algorithm=`` is earlier releases' name for ``op``; earlier registry names of ops
+        (:data:`EARLIER_OP_NAMES`, e.g. ``"gla"``, ``"ssm2"``) are accepted.
         """
         if algorithm is not None:
             if op is not None:
@@ -380,6 +407,7 @@ class KernelRegistry:
             op = algorithm
         if op is None:
             raise TypeError("kernel_registry.get: missing the op name (e.g. get('flash_attention'))")
+        op = _op(op)
         impls = self._matching(op, platform, backend, current_policy())
         if not impls:
             raise NoImplementationError(op, {}, self._hint(op, platform, backend, current_policy()))
@@ -472,6 +500,7 @@ class KernelRegistry:
         lists every implementation's reason. Nothing falls back silently.
         """
         policy = policy or current_policy()
+        op = _op(op)
         impls = self._matching(op, platform, backend, policy)
         explicit = platform is not None and str(getattr(platform, "value", platform)).lower() != "auto"
         if not impls:

@@ -139,6 +139,38 @@ def _chunked_pattern(sq: int, sk: int, chunk_size: int, offset: int | jax.Array)
     return (p // chunk_size == j // chunk_size) & (j <= p), p[:, :, 0]
 
 
+def _pair_segments(cu_q: Any, max_q: Any, cu_kv: Any, max_kv: Any) -> tuple[jax.Array, jax.Array]:
+    """Padding segment ids ``[batch, max_len]`` of earlier releases' ``from_cu_seqlens``: one
+    ``[start, end)`` pair of real tokens per example, ``[start_0, end_0, start_1, end_1, ...]``."""
+    max_kv = max_q if max_kv is None else max_kv
+    cu_kv = cu_q if cu_kv is None else cu_kv
+    out = []
+    for name, cu, n, len_name in (
+        ("cu_seqlens_q", cu_q, max_q, "max_q_len"),
+        ("cu_seqlens_kv", cu_kv, max_kv, "max_kv_len"),
+    ):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise TypeError(f"from_cu_seqlens: {len_name} must be a non-negative int, got {n!r}")
+        cu = jnp.asarray(cu)
+        if not jnp.issubdtype(cu.dtype, jnp.integer):
+            raise TypeError(f"from_cu_seqlens: {name} must have an integer dtype, got {cu.dtype}")
+        if cu.ndim != 1 or cu.shape[0] % 2 or cu.shape[0] == 0:
+            raise ValueError(
+                f"from_cu_seqlens: with {len_name}= (earlier releases' form) {name} holds [start, end) pairs, "
+                f"[start_0, end_0, start_1, end_1, ...] (length 2 x batch), got shape {tuple(cu.shape)}; packed "
+                "sequence boundaries [num_seqs + 1] go without max_q_len (seq_len_q=, seq_len_k=)"
+            )
+        pairs = cu.astype(jnp.int32).reshape(-1, 2)
+        t = jnp.arange(int(n), dtype=jnp.int32)[None, :]
+        out.append(jnp.where((t >= pairs[:, :1]) & (t < pairs[:, 1:]), 0, -1).astype(jnp.int32))
+    if out[0].shape[0] != out[1].shape[0]:
+        raise ValueError(
+            f"from_cu_seqlens: cu_seqlens_q and cu_seqlens_kv must hold a pair per example each, got "
+            f"{out[0].shape[0]} and {out[1].shape[0]} examples"
+        )
+    return out[0], out[1]
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class MaskInfo:
     """Which queries attend which keys: segment ids and/or a pairwise mask, plus patterns.
@@ -432,12 +464,53 @@ class MaskInfo:
         *,
         seq_len_q: int | None = None,
         seq_len_k: int | None = None,
+        max_q_len: int | None = None,
+        cu_seqlens_kv: Any | None = None,
+        max_kv_len: int | None = None,
+        q_positions: Any | None = None,
+        kv_positions: Any | None = None,
+        batch_axis_name: Any = _DEFAULT_AXES["batch_axis_name"],
+        qheads_axis_name: Any = _DEFAULT_AXES["qheads_axis_name"],
+        kvheads_axis_name: Any = _DEFAULT_AXES["kvheads_axis_name"],
+        sequence_axis_name: Any = _DEFAULT_AXES["sequence_axis_name"],
     ) -> MaskInfo:
         """From cumulative sequence lengths of sequences packed in one row (batch 1).
 
         Tokens ``cu[s] <= t < cu[s+1]`` get segment ``s``; tokens past ``cu[-1]`` up to
         ``seq_len`` (default ``cu[-1]``, which needs concrete ``cu``) are padding (``-1``).
+
+        **Earlier releases' form**, chosen by its keyword ``max_q_len`` (never by the array's
+        shape): ``cu_seqlens_q`` holds one ``[start, end)`` pair per example,
+        ``[start_0, end_0, start_1, end_1, ...]`` (length ``2 × batch``), and the result is a
+        padding mask ``[batch, max_q_len]``: token ``t`` of example ``b`` is real iff
+        ``start_b <= t < end_b``. ``cu_seqlens_kv`` / ``max_kv_len`` are the keys' (default: the
+        queries'). ``q_positions``, ``kv_positions`` and the axis names are carried along.
         """
+        if max_q_len is not None:
+            if cu_seqlens_k is not None or seq_len_q is not None or seq_len_k is not None:
+                raise TypeError(
+                    "from_cu_seqlens: max_q_len= takes the earlier form (cu_seqlens_kv=, max_kv_len=); "
+                    "cu_seqlens_k, seq_len_q and seq_len_k belong to the packed form"
+                )
+            q_seg, kv_seg = _pair_segments(cu_seqlens_q, max_q_len, cu_seqlens_kv, max_kv_len)
+            return cls.from_segments(
+                q_seg, kv_seg, q_positions, kv_positions, batch_axis_name=batch_axis_name,
+                qheads_axis_name=qheads_axis_name, kvheads_axis_name=kvheads_axis_name,
+                sequence_axis_name=sequence_axis_name,
+            )  # fmt: skip
+        if cu_seqlens_kv is not None or max_kv_len is not None:
+            raise TypeError(
+                "from_cu_seqlens: cu_seqlens_kv= and max_kv_len= belong to the earlier form with max_q_len= "
+                "([start, end) pairs per example); for packed sequences pass cu_seqlens_k and seq_len_k"
+            )
+        extra = {
+            "q_positions": q_positions,
+            "kv_positions": kv_positions,
+            "batch_axis_name": batch_axis_name,
+            "qheads_axis_name": qheads_axis_name,
+            "kvheads_axis_name": kvheads_axis_name,
+            "sequence_axis_name": sequence_axis_name,
+        }
         for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if cu is not None and not jnp.issubdtype(jnp.asarray(cu).dtype, jnp.integer):
                 raise TypeError(f"from_cu_seqlens: {name} must have an integer dtype, got {jnp.asarray(cu).dtype}")
@@ -469,7 +542,9 @@ class MaskInfo:
             s = jnp.searchsorted(cu, t, side="right").astype(jnp.int32) - 1
             return jnp.where((t >= cu[0]) & (t < cu[-1]), s, -1)[None]
 
-        return cls(q_segment_ids=seg(cu_q, seq_len_q, "seq_len_q"), kv_segment_ids=seg(cu_k, seq_len_k, "seq_len_k"))
+        return cls(
+            q_segment_ids=seg(cu_q, seq_len_q, "seq_len_q"), kv_segment_ids=seg(cu_k, seq_len_k, "seq_len_k"), **extra
+        )
 
     @classmethod
     @trace

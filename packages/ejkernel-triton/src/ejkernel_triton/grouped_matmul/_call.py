@@ -4,6 +4,12 @@
 ``jax.custom_vjp``: ``dlhs = gmm(dout, rhsᵀ)`` (the forward kernel with ``rhs`` read transposed,
 no copy) and ``drhs = tgmm(lhs, dout)``; ``existing_out`` and ``rhs_bias`` are applied outside it
 (``merge_rows``), so JAX differentiates them.
+
+A per-group, per-column ``rhs_scale`` (``s[j, n]``) multiplies the forward's float32 tiles
+before they are stored. Its backward needs no kernel of its own: with ``T = tgmm(lhs, dout)``
+(unscaled, float32), ``drhs = T * s``, ``dscale[j, n] = sum_k T[j, k, n] rhs[j, k, n]`` and
+``dlhs = gmm(dout * s[row's group], rhsᵀ)``, the scaled ``dout`` rounded once to the kernel's
+input dtype.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
-from ejkernel.ops.grouped_matmul.op import merge_rows
+from ejkernel.ops.grouped_matmul.op import merge_rows, row_groups_of
 
 from .. import _launch
 from .._launch import launch
@@ -129,10 +135,12 @@ def gmm(
     offset: jax.Array,
     b_kn: bool,
     out_dtype: Any,
+    scale: jax.Array | None = None,
 ) -> jax.Array:
     """``out[rows of j] = a[rows] @ B[j]`` with ``B[j] = b[j]`` read as ``[K, N]`` (``b_kn``) or
-    as the transpose of ``b[j]`` (``b`` is ``[g, N, K]``); zeros outside the groups. Local group
-    ``j`` is group ``offset[0] + j`` of ``sizes`` (``group_inputs``)."""
+    as the transpose of ``b[j]`` (``b`` is ``[g, N, K]``), times ``scale[j]`` (``[g, N]``
+    float32) when given; zeros outside the groups. Local group ``j`` is group ``offset[0] + j``
+    of ``sizes`` (``group_inputs``)."""
     m, kd = a.shape
     nd = b.shape[2] if b_kn else b.shape[1]
     s_g, s_1, s_2 = b.shape[1] * b.shape[2], b.shape[2], 1
@@ -140,7 +148,7 @@ def gmm(
     tiles = max_tiles(m, spec.groups, spec.block_m) * _cdiv(nd, spec.block_n)
     (out,) = launch(
         gmm_kernel,
-        a, b, sizes, offset,
+        a, b, sizes, offset, jnp.zeros((1,), jnp.float32) if scale is None else scale,
         out_shape=[jax.ShapeDtypeStruct((m, nd), out_dtype)],
         grid=(min(spec.num_programs, tiles) if spec.num_programs else tiles,),
         num_warps=spec.num_warps,
@@ -156,6 +164,7 @@ def gmm(
         EVEN_K=kd % spec.block_k == 0,
         DOT_PRECISION=spec.dot_precision(a.dtype),
         NUM_PROGRAMS=min(spec.num_programs, tiles),
+        HAS_SCALE=scale is not None,
     )  # fmt: skip
     return out
 
@@ -198,25 +207,38 @@ def tgmm(spec: Spec, lhs: jax.Array, dout: jax.Array, sizes: jax.Array, offset: 
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(spec: Spec, lhs, rhs, sizes, offset) -> jax.Array:
-    return gmm(spec, lhs, rhs, sizes, offset, not spec.transpose_rhs, spec.out_dtype)
+def _core(spec: Spec, lhs, rhs, sizes, offset, scale) -> jax.Array:
+    s = None if scale is None else scale.astype(jnp.float32)
+    return gmm(spec, lhs, rhs, sizes, offset, not spec.transpose_rhs, spec.out_dtype, s)
 
 
-def _core_fwd(spec: Spec, lhs, rhs, sizes, offset):
-    return _core(spec, lhs, rhs, sizes, offset), (lhs, rhs, sizes, offset)
+def _core_fwd(spec: Spec, lhs, rhs, sizes, offset, scale):
+    return _core(spec, lhs, rhs, sizes, offset, scale), (lhs, rhs, sizes, offset, scale)
 
 
 def _core_bwd(spec: Spec, res, dout):
-    lhs, rhs, sizes, offset = res
-    dout = dout.astype(lhs.dtype)  # the tensor-core products take one input dtype
-    # dlhs[rows of j] = dout[rows] @ rhs[j]ᵀ: rhs read as [n, k], transposed from its layout.
-    dlhs = gmm(spec, dout, rhs, sizes, offset, spec.transpose_rhs, lhs.dtype)
-    drhs = tgmm(spec, lhs, dout, sizes, offset, rhs.dtype)
-    return dlhs, drhs, None, None
+    lhs, rhs, sizes, offset, scale = res
+    if scale is None:
+        dout = dout.astype(lhs.dtype)  # the tensor-core products take one input dtype
+        # dlhs[rows of j] = dout[rows] @ rhs[j]ᵀ: rhs read as [n, k], transposed from its layout.
+        dlhs = gmm(spec, dout, rhs, sizes, offset, spec.transpose_rhs, lhs.dtype)
+        drhs = tgmm(spec, lhs, dout, sizes, offset, rhs.dtype)
+        return dlhs, drhs, None, None, None
+    s = scale.astype(jnp.float32)  # [g, n]
+    gid = jnp.maximum(row_groups_of(sizes, offset, spec.groups, spec.m), 0)  # other rows: zero products
+    dout_s = (dout.astype(jnp.float32) * s[gid]).astype(lhs.dtype)
+    dlhs = gmm(spec, dout_s, rhs, sizes, offset, spec.transpose_rhs, lhs.dtype)
+    t = tgmm(spec, lhs, dout.astype(lhs.dtype), sizes, offset, jnp.float32)  # rhs's layout
+    s_like = s[:, :, None] if spec.transpose_rhs else s[:, None, :]
+    drhs = (t * s_like).astype(rhs.dtype)
+    dscale = jnp.sum(t * rhs.astype(jnp.float32), axis=2 if spec.transpose_rhs else 1)
+    return dlhs, drhs, None, None, dscale.astype(scale.dtype)
 
 
 _core.defvjp(_core_fwd, _core_bwd)
 
 
 def grouped_matmul(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> jax.Array:
-    return merge_rows(a, _core(make_spec(a, cfg), a.lhs, a.rhs, *group_inputs(a)))
+    # One scale per group and column ([g, 1, 1, n], the declared feature) as [g, n].
+    scale = None if a.rhs_scale is None else a.rhs_scale[:, 0, 0, :]
+    return merge_rows(a, _core(make_spec(a, cfg), a.lhs, a.rhs, *group_inputs(a), scale))

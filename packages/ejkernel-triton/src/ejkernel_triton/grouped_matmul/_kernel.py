@@ -3,7 +3,8 @@ section 5) as Triton programs for NVIDIA GPUs.
 
 ``gmm_kernel``: ``out[rows of group j] = a[rows] @ b[j]`` for every local group ``j``, where ``b``
 is read through strides (``[g, K, N]`` or its transpose: the forward with ``rhs`` or ``rhsᵀ``,
-and ``dlhs = dout @ rhs[j]ᵀ``). One program computes a ``[BLOCK_M, BLOCK_N]`` tile of rows of ONE
+and ``dlhs = dout @ rhs[j]ᵀ``); with ``HAS_SCALE`` the float32 accumulator of a tile is
+multiplied by its group's scale row ``scale[j, N]`` before the store (``rhs_scale``). One program computes a ``[BLOCK_M, BLOCK_N]`` tile of rows of ONE
 segment (a group, or a run of rows outside the local groups, written as zeros). The tile schedule
 is computed by every program from ``group_sizes`` and ``group_offset`` (``_segments``: a prefix sum
 over at most ``S_PAD`` segments, then a one-hot lookup of the program's tile): no XLA program runs
@@ -96,11 +97,11 @@ def bounds_kernel(
 
 @triton.jit
 def _gmm_rows(
-    a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n,
+    a_ptr, b_ptr, scale_ptr, out_ptr, seg, row0, row_end, i_n,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):  # fmt: skip
     """Rows ``[row0, min(row0 + BLOCK_M, row_end))`` x column block ``i_n`` of segment ``seg``."""
     offs_m = row0 + tl.arange(0, BLOCK_M)
@@ -125,18 +126,20 @@ def _gmm_rows(
         acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
         p_a += BLOCK_K
         p_b += BLOCK_K * stride_bk
+    if HAS_SCALE:  # rows outside the groups hold zeros: any group's scale keeps them zero
+        acc *= tl.load(scale_ptr + tl.maximum(seg, 0).to(tl.int64) * N + cols)[None, :]
     p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
     tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store & (seg > -2))
 
 
 @triton.jit
 def _gmm_tile(
-    tile, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr,
+    tile, a_ptr, b_ptr, scale_ptr, lo, hi, first, ntiles, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     G: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):  # fmt: skip
     """One ``[BLOCK_M, BLOCK_N]`` output tile: schedule entry ``tile // tiles_n``, column block
     ``tile % tiles_n`` (consecutive tiles share the rows and the group's matrix: L2 reuse). With
@@ -149,18 +152,18 @@ def _gmm_tile(
     if TAIL_M > 0:  # compile time: a runtime branch over two tile heights
         if row_end - row0 <= TAIL_M:
             _gmm_rows(
-                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+                a_ptr, b_ptr, scale_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                TAIL_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, HAS_SCALE,
             )  # fmt: skip
         else:
             _gmm_rows(
-                a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+                a_ptr, b_ptr, scale_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, HAS_SCALE,
             )  # fmt: skip
     else:
         _gmm_rows(
-            a_ptr, b_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION,
+            a_ptr, b_ptr, scale_ptr, out_ptr, seg, row0, row_end, i_n, M, N, K, stride_bg, stride_bk, stride_bn,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, HAS_SCALE,
         )  # fmt: skip
 
 
@@ -186,12 +189,12 @@ def _gmm_zero_rows(
 
 @triton.jit
 def _gmm_persistent(
-    pid, a_ptr, b_ptr, lo, hi, out_ptr,
+    pid, a_ptr, b_ptr, scale_ptr, lo, hi, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     G: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):  # fmt: skip
     """The persistent grid: the zero rows, then the groups' ``BLOCK_M``-row tiles (whole tiles:
     no half tiles at the group ends), ``NUM_PROGRAMS`` programs striding over them. The tile loop
@@ -227,6 +230,8 @@ def _gmm_persistent(
             acc = tl.dot(b_a, b_b, acc, input_precision=DOT_PRECISION)
             p_a += BLOCK_K
             p_b += BLOCK_K * stride_bk
+        if HAS_SCALE:
+            acc *= tl.load(scale_ptr + seg.to(tl.int64) * N + cols)[None, :]
         m_store = (offs_m < row_end)[:, None] & (offs_n < N)[None, :]
         p_out = out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(p_out, acc.to(out_ptr.dtype.element_ty), mask=m_store)
@@ -234,12 +239,12 @@ def _gmm_persistent(
 
 @triton.jit
 def gmm_kernel(
-    a_ptr, b_ptr, sizes_ptr, offset_ptr, out_ptr,
+    a_ptr, b_ptr, sizes_ptr, offset_ptr, scale_ptr, out_ptr,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     stride_bg: tl.constexpr, stride_bk: tl.constexpr, stride_bn: tl.constexpr,
     G: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, NUM_PROGRAMS: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):  # fmt: skip
     """``NUM_PROGRAMS == 0``: one program per tile of the schedule's upper bound (those past
     its end store nothing). Else persistent (``_gmm_persistent``): ``NUM_PROGRAMS`` programs
@@ -248,14 +253,14 @@ def gmm_kernel(
     if NUM_PROGRAMS == 0:
         lo, hi, first, ntiles = schedule(sizes_ptr, offset_ptr, M, G, S_PAD, BLOCK_M)
         _gmm_tile(
-            pid, a_ptr, b_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
-            G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION,
+            pid, a_ptr, b_ptr, scale_ptr, lo, hi, first, ntiles, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn,
+            G, S_PAD, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_M, EVEN_K, DOT_PRECISION, HAS_SCALE,
         )  # fmt: skip
     else:
         lo, hi = _segments(sizes_ptr, offset_ptr, M, G, S_PAD)
         _gmm_persistent(
-            pid, a_ptr, b_ptr, lo, hi, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn, G, S_PAD,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, NUM_PROGRAMS,
+            pid, a_ptr, b_ptr, scale_ptr, lo, hi, out_ptr, M, N, K, stride_bg, stride_bk, stride_bn, G, S_PAD,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_PRECISION, NUM_PROGRAMS, HAS_SCALE,
         )  # fmt: skip
 
 

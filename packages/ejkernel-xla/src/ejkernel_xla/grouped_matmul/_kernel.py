@@ -2,14 +2,19 @@
 
 A slice of the groups (``group_offset``) runs as a ragged dot over ``g + 1`` groups: a leading
 group of the rows before the slice times a zero matrix, then the local groups; rows past the
-slice are past the ragged dot's groups, hence zero."""
+slice are past the ragged dot's groups, hence zero.
+
+``rhs_scale`` (one scale per group, block of ``k`` and column) scales the float32 products: each
+block of ``k`` is its own ragged dot, whose rows are multiplied by their group's scales for that
+block, so the weights are never rescaled (or rounded) in their own dtype.
+"""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops.grouped_matmul.op import GroupedMatmulArgs, group_bounds, merge_rows
+from ejkernel.ops.grouped_matmul.op import GroupedMatmulArgs, group_bounds, merge_rows, row_groups
 
 _PRECISION = {
     "default": jax.lax.Precision.DEFAULT,
@@ -25,5 +30,17 @@ def grouped_matmul(a: GroupedMatmulArgs) -> jax.Array:
         starts, ends = group_bounds(a)
         rhs = jnp.concatenate([jnp.zeros((1, *rhs.shape[1:]), rhs.dtype), rhs])
         sizes = jnp.concatenate([starts[:1], ends - starts])
-    out = jax.lax.ragged_dot(a.lhs, rhs, sizes, precision=_PRECISION[a.precision], preferred_element_type=a.out_dtype)
-    return merge_rows(a, out)
+    precision = _PRECISION[a.precision]
+    if a.rhs_scale is None:
+        out = jax.lax.ragged_dot(a.lhs, rhs, sizes, precision=precision, preferred_element_type=a.out_dtype)
+        return merge_rows(a, out)
+    gid = jnp.maximum(row_groups(a), 0)  # rows outside the local groups are zero products
+    step = a.k // a.scale_blocks
+    out = jnp.zeros((a.m, a.n), jnp.float32)
+    for blk in range(a.scale_blocks):
+        cols = slice(blk * step, (blk + 1) * step)
+        part = jax.lax.ragged_dot(
+            a.lhs[:, cols], rhs[:, cols], sizes, precision=precision, preferred_element_type=jnp.float32
+        )
+        out = out + part * a.rhs_scale[:, blk, 0, :].astype(jnp.float32)[gid]
+    return merge_rows(a, out.astype(a.out_dtype))

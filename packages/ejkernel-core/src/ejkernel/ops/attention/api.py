@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from ...types.mask_info import MaskInfo
 from ..executor import define
@@ -35,6 +35,7 @@ def attention(
     causal: bool = False,
     sliding_window: int | tuple[int, int] | None = None,
     dropout_seed: int | Int[Array, ""] | None = None,
+    attention_mask: Bool[Array, "..."] | Int[Array, "..."] | None = None,
 ) -> tuple[Float[Array, "batch seq_q num_heads value_head_dim"], Float[Array, "batch num_heads seq_q seq_k"]]:
     """Plain multi-head attention that also returns the attention weights (materialized logits).
 
@@ -59,6 +60,11 @@ def attention(
         softmax_dtype: ``None`` or float32 (the softmax is always computed in float32).
         dropout_prob, causal, sliding_window: as in :func:`ejkernel.flash_attention`.
         dropout_seed: an explicit dropout seed (alternative to ``dropout_rng``).
+        attention_mask: earlier releases' mask (``True``/nonzero = may attend):
+            ``[batch, heads, seq_q, seq_k]`` (heads: the query heads, the key/value heads, or
+            1), ``[batch, seq_q, seq_k]``, or ``[batch, seq_k]`` (a key mask shared by every
+            query). It applies together with ``bias``, ``causal`` and the window (earlier
+            releases ignored it when ``bias`` was given). Instead of ``mask_info``.
 
     Returns:
         ``(output [batch, seq_q, heads, value_dim], weights [batch, heads, seq_q, seq_k])``;

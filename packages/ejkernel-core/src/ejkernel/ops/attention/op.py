@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from ..args import Args, static, static_float
 from ..config import OpConfig
-from ..families.attention import AttentionArgs, AttentionOp, bind_attention
+from ..families.attention import AttentionArgs, AttentionOp, bind_attention, earlier_attention_mask
 
 __all__ = ["Attention", "AttentionConfig", "AttentionWeightsArgs", "dropout_seed_of"]
 
@@ -93,6 +93,11 @@ class Attention(AttentionOp):
                 f"got {jnp.dtype(softmax_dtype).name}; the weights are returned in `dtype`"
             )
         params["weights_dtype"] = params.pop("dtype", jnp.bfloat16)
+        mask = params.pop("attention_mask", None)
+        if mask is not None:
+            if params.get("mask_info") is not None:
+                raise ValueError(f"{self.name}: pass attention_mask or mask_info, not both")
+            params["mask_info"] = earlier_attention_mask(self.name, mask, params.get("query"), params.get("key"))
         return super().bind(params)
 
     def canonicalize(self, params: dict[str, Any]) -> AttentionArgs:

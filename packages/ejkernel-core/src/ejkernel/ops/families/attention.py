@@ -66,6 +66,8 @@ __all__ = [
     "bind_attention",
     "bind_bias",
     "dense_attention_signature",
+    "earlier_attention_mask",
+    "lengths_mask_info",
 ]
 
 _NOT_SHARDED = {
@@ -217,6 +219,78 @@ def _bind_cu_seqlens(op: str, cu_q: Any, cu_k: Any, b: int, sq: int, sk: int) ->
             "[num_seqs + 1] with num_seqs >= 1"
         )
     return cu_q, cu_k
+
+
+def lengths_mask_info(op: str, query: Any, key: Any, q_lens: Any, k_lens: Any, mask_info: Any) -> MaskInfo:
+    """Per-example valid lengths (``jax.nn.dot_product_attention``'s ``query_seq_lengths`` /
+    ``key_value_seq_lengths``) as a :class:`MaskInfo`: query row ``i`` of example ``b`` is real iff
+    ``i < q_lens[b]``, key ``j`` iff ``j < k_lens[b]`` (``None``: every row of that side is real);
+    the other rows are padding (segment ``-1``). ``mask_info``'s own segments, mask and patterns
+    stay (both must allow a pair).
+
+    ``q_lens`` / ``k_lens``: integer ``[batch]`` arrays, here under the names earlier
+    ``scaled_dot_product_attention`` releases gave them (``cum_seqlens_q`` / ``cum_seqlens_k``)."""
+    q = as_array(op, "query", query, ndim=4, layout="[batch, seq_q, num_heads, head_dim]")
+    k = as_array(op, "key", key, ndim=4, layout="[batch, seq_k, num_kv_heads, head_dim]")
+    b, sq, sk = int(q.shape[0]), int(q.shape[1]), int(k.shape[1])
+    valid = []
+    for name, lens, n in (("cum_seqlens_q", q_lens, sq), ("cum_seqlens_k", k_lens, sk)):
+        if lens is None:
+            valid.append(jnp.ones((b, n), bool))
+            continue
+        lens = as_array(op, name, lens, ndim=1, layout="[batch] (per-example lengths)")
+        if not jnp.issubdtype(lens.dtype, jnp.integer):
+            raise TypeError(f"{op}: {name} (per-example lengths) must have an integer dtype, got {lens.dtype}")
+        if int(lens.shape[0]) != b:
+            raise ValueError(
+                f"{op}: {name} holds per-example lengths [batch] = [{b}] (query {shape_str(q)}), got "
+                f"{shape_str(lens)}; packed sequence boundaries [num_seqs + 1] go in "
+                f"{name.replace('cum_', 'cu_')}"
+            )
+        valid.append(jnp.arange(n, dtype=jnp.int32)[None, :] < lens.astype(jnp.int32)[:, None])
+    if mask_info is None:
+        mask_info = MaskInfo()
+    elif not isinstance(mask_info, MaskInfo):
+        raise TypeError(f"{op}: mask_info must be an ejkernel.types.MaskInfo, got {type(mask_info).__name__}")
+    segments = [mask_info.q_segment_ids, mask_info.kv_segment_ids]
+    ids = []
+    for valid_side, seg, name, n in zip(valid, segments, ("q_segment_ids", "kv_segment_ids"), (sq, sk), strict=True):
+        if seg is None:
+            seg = jnp.zeros((b, n), jnp.int32)
+        elif tuple(seg.shape) != (b, n):
+            raise ValueError(f"{op}: mask_info {name} {shape_str(seg)} must be [batch, seq] = {(b, n)}")
+        ids.append(jnp.where(valid_side, seg, -1).astype(jnp.int32))
+    return mask_info.replace(q_segment_ids=ids[0], kv_segment_ids=ids[1])
+
+
+def earlier_attention_mask(op: str, mask: Any, query: Any, key: Any) -> MaskInfo:
+    """Earlier releases' ``attention(..., attention_mask=)`` as a :class:`MaskInfo`: ``True`` /
+    nonzero = may attend; ``[batch, heads, seq_q, seq_k]`` with ``heads`` = the query heads, the
+    key/value heads (each shared by its group of query heads) or 1; ``[batch, seq_q, seq_k]``; or
+    ``[batch, seq_k]`` (keys only: every query sees the same keys)."""
+    q = as_array(op, "query", query, ndim=4, layout="[batch, seq_q, num_heads, head_dim]")
+    k = as_array(op, "key", key, ndim=4, layout="[batch, seq_k, num_kv_heads, head_dim]")
+    b, sq, h = (int(d) for d in q.shape[:3])
+    sk, hk = int(k.shape[1]), int(k.shape[2])
+    layout = "[batch, heads, seq_q, seq_k], [batch, seq_q, seq_k] or [batch, seq_k]"
+    mask = as_array(op, "attention_mask", mask, ndim=(2, 3, 4), layout=layout)
+    if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
+        raise TypeError(f"{op}: attention_mask must be a bool or integer array, got {mask.dtype}")
+    want = {2: (b, sk), 3: (b, sq, sk), 4: (b, None, sq, sk)}[mask.ndim]
+    heads_ok = mask.ndim != 4 or int(mask.shape[1]) in (1, h, hk)
+    if not heads_ok or any(w is not None and int(d) != w for d, w in zip(mask.shape, want, strict=True)):
+        raise ValueError(
+            f"{op}: attention_mask {shape_str(mask)} must be {layout} with batch={b}, seq_q={sq}, seq_k={sk} "
+            f"and heads 1, {h} (query heads) or {hk} (key/value heads); query {shape_str(q)}, key {shape_str(k)}"
+        )
+    mask = mask.astype(bool)
+    if mask.ndim == 2:
+        mask = jnp.broadcast_to(mask[:, None, None, :], (b, 1, sq, sk))
+    elif mask.ndim == 3:
+        mask = mask[:, None]
+    elif int(mask.shape[1]) == hk != h:
+        mask = jnp.repeat(mask, h // hk, axis=1)  # query head j uses key/value head j // (h // hk)
+    return MaskInfo.from_attention_mask(mask)
 
 
 def cu_seqlens_rule(name: str, total: int) -> ValueRule:

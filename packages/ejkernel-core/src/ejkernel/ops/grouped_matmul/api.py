@@ -24,7 +24,7 @@ def grouped_matmul(
     existing_out: Float[Array, "m n"] | None = None,
     *,
     preferred_element_type: Any = jnp.float32,
-    rhs_scale: Any = None,
+    rhs_scale: Float[Array, "groups num_blocks 1 n"] | None = None,
     rhs_bias: Float[Array, "groups 1 n"] | None = None,
     transpose_rhs: bool = False,
     interpret: bool = False,
@@ -47,8 +47,9 @@ def grouped_matmul(
     shards' results can be summed, or written into one buffer). See
     ``examples/moe_expert_parallel.py`` for a ``shard_map`` over an expert axis.
 
-    Differentiable in ``lhs``, ``rhs``, ``existing_out`` and ``rhs_bias``: ``dlhs`` is a grouped
-    matmul with ``rhsᵀ``, ``drhs`` the transposed grouped matmul (``lhsᵀ · dout`` per group).
+    Differentiable in ``lhs``, ``rhs``, ``existing_out``, ``rhs_scale`` and ``rhs_bias``: ``dlhs``
+    is a grouped matmul with ``rhsᵀ``, ``drhs`` the transposed grouped matmul (``lhsᵀ · dout`` per
+    group).
     ``group_sizes`` and ``group_offset`` are integers, not differentiated.
 
     Args:
@@ -60,11 +61,17 @@ def grouped_matmul(
         existing_out: ``[m, n]`` in the output dtype: the values of the rows outside the local groups.
         preferred_element_type: the output dtype (default float32; ``None``: lhs's dtype). The
             products accumulate in float32 whatever it is.
-        rhs_bias: ``[groups, 1, n]`` (or ``[groups, n]``): added to every row of its group.
+        rhs_scale: weight scales, as earlier releases applied them (quantized experts):
+            ``[groups, num_blocks, 1, n]`` with ``num_blocks`` dividing ``k`` (``[groups, 1, n]``
+            or ``[groups, n]``: one block). Group ``j``'s product is ``lhs[rows] @ (rhs[j] * S)``
+            where row ``kk`` of ``S`` is ``rhs_scale[j, kk // (k / num_blocks), 0]``; the
+            products are scaled in float32. One block: every implementation; several blocks:
+            XLA (the GPU and TPU kernels decline them).
+        rhs_bias: ``[groups, 1, n]`` (or ``[groups, n]``): added to every row of its group
+            (after the scale).
         transpose_rhs: ``rhs`` is ``[groups, n, k]`` (read transposed, never copied by the GPU kernels).
         precision: for float32 inputs: ``DEFAULT`` (TF32 tensor cores on NVIDIA GPUs), ``HIGH``
             (3-pass TF32), ``HIGHEST`` (full float32). 16-bit inputs ignore it.
-        rhs_scale: not supported (``ValueError``): dequantize ``rhs`` first.
         out_shard_callback: not supported (``ValueError``): the earlier shard_map wrapper's hook;
             use ``mesh``/``in_specs``, or your own ``shard_map``.
         interpret, do_padding, use_v2, use_v3: accepted from earlier releases and ignored: they

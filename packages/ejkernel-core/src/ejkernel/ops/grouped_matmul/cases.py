@@ -1,6 +1,7 @@
 """Conformance cases of ``grouped_matmul``: random group sizes with empty groups, a group holding
 every row, rows past the groups, ``m`` not a multiple of any tile, odd ``k``/``n``, the
-transposed ``rhs``, expert-parallel slices (``group_offset``) with ``existing_out``, per-group bias."""
+transposed ``rhs``, expert-parallel slices (``group_offset``) with ``existing_out``, per-group bias,
+per-group and per-block weight scales (``rhs_scale``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class GroupedMatmulCase:
     local_groups: int | None = None
     existing_out: bool = False
     bias: bool = False
+    scale_blocks: int = 0  # rhs_scale [groups, scale_blocks, 1, n] (0: none)
     out_dtype: str | None = "float32"  # preferred_element_type (None: lhs's dtype)
 
     def with_dtype(self, dtype: str) -> GroupedMatmulCase:
@@ -56,8 +58,22 @@ _BASE = (
     ),
     GroupedMatmulCase("bias-lowp-out", m=72, k=40, n=32, group_sizes=(30, 0, 42), bias=True, out_dtype=None),
     GroupedMatmulCase("single-row-groups", m=5, k=16, n=16, group_sizes=(1, 1, 1, 1, 1)),
+    GroupedMatmulCase("scale-bias", m=70, k=40, n=24, group_sizes=(20, 0, 35), scale_blocks=1, bias=True),
+    GroupedMatmulCase(
+        "scale-t-expert-shard",
+        m=64,
+        k=32,
+        n=40,
+        group_sizes=(9, 20, 0, 30),
+        transpose_rhs=True,
+        group_offset=1,
+        local_groups=3,
+        existing_out=True,
+        scale_blocks=1,
+    ),
+    GroupedMatmulCase("scale-blocks", m=60, k=48, n=32, group_sizes=(25, 0, 30), scale_blocks=3),
 )
-_LOW = ("ragged", "transpose-rhs", "expert-shard", "bias-lowp-out")
+_LOW = ("ragged", "transpose-rhs", "expert-shard", "bias-lowp-out", "scale-bias")
 CASES: tuple[GroupedMatmulCase, ...] = _BASE + tuple(c.with_dtype("bfloat16") for c in _BASE if c.name in _LOW)
 _EXTRA = (
     GroupedMatmulCase("many-small", m=300, k=64, n=64, group_sizes=tuple([7, 0, 3] * 30)),
@@ -108,4 +124,6 @@ def make_grouped_inputs(case: GroupedMatmulCase, seed: int = 0) -> dict[str, Any
         kw["existing_out"] = jnp.asarray(rng.standard_normal((case.m, case.n)), out_dtype)
     if case.bias:
         kw["rhs_bias"] = jnp.asarray(rng.standard_normal((g, 1, case.n)), dtype)
+    if case.scale_blocks:
+        kw["rhs_scale"] = jnp.asarray(rng.uniform(0.5, 2.0, (g, case.scale_blocks, 1, case.n)), jnp.float32)
     return kw

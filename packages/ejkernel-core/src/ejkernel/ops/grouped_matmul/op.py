@@ -5,6 +5,11 @@
 local groups are ``group_offset .. group_offset + g - 1`` of the ``len(group_sizes)`` groups (an
 expert-parallel shard holds a slice of the experts); rows of the other groups, and rows past
 ``sum(group_sizes)``, are not computed: they are zeros, or ``existing_out``'s rows when given.
+
+``rhs_scale[g, num_blocks, 1, n]`` (earlier releases' quantization scales) multiplies the weights
+before the product, per group, block of ``k`` (``k / num_blocks`` rows each) and column:
+``out[r] = lhs[r] @ (rhs[j] * S[j])`` with ``S[j][kk, c] = rhs_scale[j, kk // (k / num_blocks), 0, c]``;
+``rhs_bias`` is added after.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ __all__ = [
     "group_bounds",
     "merge_rows",
     "row_groups",
+    "row_groups_of",
+    "scaled_rhs",
 ]
 
 _PRECISIONS = {
@@ -113,6 +120,7 @@ class GroupedMatmulArgs(
     group_sizes: Any = array("num_groups", kind="int")
     group_offset: Any = array(kind="int")
     existing_out: Any = array("m", None, optional=True, differentiable=True)
+    rhs_scale: Any = array("groups", None, None, None, optional=True, ranks=(2, 3, 4), differentiable=True)
     rhs_bias: Any = array("groups", None, None, optional=True, ranks=(2, 3), differentiable=True)
     transpose_rhs: bool = static(False)
     preferred_element_type: str = static("float32")
@@ -138,10 +146,20 @@ class GroupedMatmulArgs(
         """Whether the local groups may not be all the groups (a shard of the experts)."""
         return self.num_groups != self.groups
 
+    @property
+    def scale_blocks(self) -> int:
+        """Blocks of ``k`` with their own ``rhs_scale`` (0: no scale; 1: one per group and column)."""
+        return 0 if self.rhs_scale is None else int(self.rhs_scale.shape[1])
+
 
 FEATURES: dict[str, tuple[str, Any]] = {
     "existing_out": ("rows outside the local groups keep existing_out's", lambda a: a.existing_out is not None),
     "rhs_bias": ("a bias row per group added to its rows", lambda a: a.rhs_bias is not None),
+    "rhs_scale": ("a scale per group and column of rhs (rhs_scale [groups, 1, 1, n])", lambda a: a.scale_blocks == 1),
+    "rhs_scale_blocks": (
+        "a scale per group, block of k and column of rhs (rhs_scale [groups, num_blocks > 1, 1, n])",
+        lambda a: a.scale_blocks > 1,
+    ),
     "group_offset": ("rhs holds a slice of the groups (expert parallelism)", lambda a: a.num_groups != a.groups),
 }
 
@@ -166,11 +184,6 @@ class GroupedMatmul(Op):
         static_bool(op, "do_padding", p.pop("do_padding", True))
         static_bool(op, "use_v2", p.pop("use_v2", False))
         static_bool(op, "use_v3", p.pop("use_v3", False))
-        if p.pop("rhs_scale", None) is not None:
-            raise ValueError(
-                f"{op}: rhs_scale (blockwise-quantized rhs) is not supported; dequantize first: pass "
-                "rhs * scale (the scale repeated over each block of k) in lhs's dtype"
-            )
         if p.pop("out_shard_callback", None) is not None:
             raise ValueError(
                 f"{op}: out_shard_callback belonged to the earlier shard_map wrapper and is not supported; "
@@ -216,6 +229,18 @@ class GroupedMatmul(Op):
                 bias = bias[:, None, :]
             if tuple(bias.shape) != (g, 1, n):
                 raise ValueError(f"{op}: rhs_bias must be [groups, 1, n] = {(g, 1, n)}, got {shape_str(bias)}")
+        scale = p.get("rhs_scale")
+        if scale is not None:
+            if scale.ndim < 4:  # [groups, n] or [groups, 1, n]: one scale per group and column
+                scale = scale.reshape(g, 1, 1, -1)
+            nb = int(scale.shape[1])
+            if scale.shape[0] != g or scale.shape[2] != 1 or scale.shape[3] != n or nb < 1 or k % nb:
+                raise ValueError(
+                    f"{op}: rhs_scale must be [groups, num_blocks, 1, n] = [{g}, num_blocks, 1, {n}] with num_blocks "
+                    f"dividing k = {k} (or [groups, 1, n] / [groups, n]), got {shape_str(p['rhs_scale'])}"
+                )
+            if not jnp.issubdtype(scale.dtype, jnp.floating):
+                raise TypeError(f"{op}: rhs_scale must have a floating dtype, got {scale.dtype}")
         pet = p.get("preferred_element_type", jnp.float32)
         try:
             out_dtype = jnp.dtype(lhs.dtype if pet is None else pet)
@@ -234,6 +259,7 @@ class GroupedMatmul(Op):
             p,
             group_offset=offset.astype(jnp.int32),
             existing_out=existing,
+            rhs_scale=scale,
             rhs_bias=bias,
             transpose_rhs=transpose,
             preferred_element_type=out_dtype.name,
@@ -274,7 +300,12 @@ class GroupedMatmul(Op):
 
     def shard_plan(self, a: GroupedMatmulArgs, in_specs: Any, mesh: Any) -> ShardPlan:
         rhs_axes = ("groups", "n", "k") if a.transpose_rhs else ("groups", "k", "n")
-        user = {"rhs": rhs_axes, "existing_out": ("m", "n"), "rhs_bias": ("groups", None, "n")}
+        user = {
+            "rhs": rhs_axes,
+            "existing_out": ("m", "n"),
+            "rhs_scale": ("groups", None, None, "n"),
+            "rhs_bias": ("groups", None, "n"),
+        }
         plan = a.shard_plan(self.name, in_specs, mesh, self.positional_arrays(), user, required=3)
         specs = dict(plan.specs)
         for name, axes in user.items():
@@ -299,16 +330,25 @@ def group_bounds(a: GroupedMatmulArgs) -> tuple[jax.Array, jax.Array]:
 
     Local group ``j`` is global group ``group_offset + j``; its rows are
     ``[starts[j], ends[j])`` of ``lhs``."""
-    sizes = a.group_sizes.astype(jnp.int32)
+    return _bounds(a.group_sizes, a.group_offset, a.groups)
+
+
+def _bounds(group_sizes: jax.Array, group_offset: jax.Array, groups: int) -> tuple[jax.Array, jax.Array]:
+    sizes = group_sizes.astype(jnp.int32)
     cum = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(sizes)])
-    first = jax.lax.dynamic_slice_in_dim(cum, a.group_offset, a.groups + 1)
+    first = jax.lax.dynamic_slice_in_dim(cum, jnp.reshape(group_offset, ()).astype(jnp.int32), groups + 1)
     return first[:-1], first[1:]
 
 
 def row_groups(a: GroupedMatmulArgs) -> jax.Array:
     """Each row's local group (``-1``: a row outside the local groups), ``[m]`` int32."""
-    starts, ends = group_bounds(a)
-    rows = jnp.arange(a.m, dtype=jnp.int32)
+    return row_groups_of(a.group_sizes, a.group_offset, a.groups, a.m)
+
+
+def row_groups_of(group_sizes: jax.Array, group_offset: jax.Array, groups: int, m: int) -> jax.Array:
+    """:func:`row_groups` from the group sizes, the offset and the numbers of local groups and rows."""
+    starts, ends = _bounds(group_sizes, group_offset, groups)
+    rows = jnp.arange(m, dtype=jnp.int32)
     j = jnp.searchsorted(ends, rows, side="right", method="sort").astype(jnp.int32)
     inside = (rows >= starts[0]) & (rows < ends[-1])
     return jnp.where(inside, j, -1)
@@ -327,3 +367,13 @@ def merge_rows(a: GroupedMatmulArgs, out: jax.Array) -> jax.Array:
     if a.existing_out is not None:
         out = jnp.where(inside, out, a.existing_out)
     return out
+
+
+def scaled_rhs(a: GroupedMatmulArgs, dtype: Any = jnp.float32) -> jax.Array:
+    """``rhs * S`` in its layout and ``dtype``: each block of ``k`` rows times its ``rhs_scale``
+    row (see the module docstring); ``rhs`` itself without a scale."""
+    rhs = a.rhs.astype(dtype)
+    if a.rhs_scale is None:
+        return rhs
+    scale = jnp.repeat(a.rhs_scale[:, :, 0, :], a.k // a.scale_blocks, axis=1).astype(dtype)  # [g, k, n]
+    return rhs * (jnp.swapaxes(scale, 1, 2) if a.transpose_rhs else scale)

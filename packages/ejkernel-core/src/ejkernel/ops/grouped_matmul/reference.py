@@ -21,6 +21,7 @@ def grouped_matmul_reference(
     existing_out: Any = None,
     *,
     preferred_element_type: Any = jnp.float32,
+    rhs_scale: Any = None,
     rhs_bias: Any = None,
     transpose_rhs: bool = False,
     dtype: Any = jnp.float32,
@@ -28,10 +29,15 @@ def grouped_matmul_reference(
     **ignored: Any,
 ) -> jax.Array:
     """``out[r] = lhs[r] @ rhs[j - group_offset]`` for the rows ``r`` of local group ``j``; the
-    other rows are ``existing_out``'s (zeros without it). Computed in ``dtype`` at ``precision``."""
+    other rows are ``existing_out``'s (zeros without it). Computed in ``dtype`` at ``precision``.
+    ``rhs_scale`` ``[g, num_blocks, 1, n]`` (or ``[g, 1, n]``, ``[g, n]``) multiplies each block
+    of ``k // num_blocks`` rows of ``rhs[j]`` by its row of scales first."""
     del preferred_element_type, ignored
     rhs = jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs
     g, m = rhs.shape[0], lhs.shape[0]
+    if rhs_scale is not None:
+        scale = jnp.reshape(rhs_scale, (g, -1, rhs.shape[2]))  # [g, num_blocks, n]
+        rhs = rhs.astype(dtype) * jnp.repeat(scale.astype(dtype), rhs.shape[1] // scale.shape[1], axis=1)
     sizes = jnp.asarray(group_sizes).astype(jnp.int32)
     offset = jnp.asarray(0 if group_offset is None else group_offset, jnp.int32).reshape(())
     cum = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(sizes)])

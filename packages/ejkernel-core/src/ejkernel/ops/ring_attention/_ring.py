@@ -30,7 +30,11 @@ sequence (``RingPlan.mode``):
   (``src < r``) or skipped (``lax.cond``).
 - ``window``: each pair of (half-)chunks runs with its position offset
   (``AttentionArgs.position_offset``, traced: it depends on ``axis_index``) and is skipped when
-  the window leaves it empty.
+  the window leaves it empty. With ``sinks`` (earlier releases' ``attention_sink_size``: the
+  first keys of the sequence are exempt from the window, not from the causal mask or the other
+  masks) a key chunk holding sinks runs without the window: whole when every key is a sink, else
+  split at the last sink (a static column, as chunks start at multiples of their length) into a
+  windowless part and a windowed one.
 
 Softmax sinks join the denominator once, after the ring (not per block).
 """
@@ -68,6 +72,7 @@ class RingPlan:
     soft_cap: float | None
     impl: Any  # the inner flash_attention implementation (supports_lse)
     cfg: Any  # its complete FlashAttentionConfig
+    sinks: int = 0  # the first keys (global positions) that the window does not mask
 
     @property
     def num_sub(self) -> int:
@@ -85,6 +90,7 @@ class Task:
     k0: Any
     nk: int
     causal: bool
+    window: bool = True  # the plan's window applies (when the task has a position offset)
 
 
 # A branch is the tuple of (task, position offset or None) pairs that one case of a step runs.
@@ -132,13 +138,25 @@ def schedule(plan: RingPlan, r: Any, src: Any, first: bool) -> list[tuple[Any, t
     # window: each pair of chunks at its own offset, skipped when empty.
     n = plan.num_sub
     h = L // n
+    cut = plan.sinks % h  # where the last sink ends inside its chunk (0: at a chunk's end)
     groups = []
     for a in range(n):
         for b in range(n):
-            offset = _chunk_start(plan, r, a, h) - _chunk_start(plan, src, b, h)
+            k_start = _chunk_start(plan, src, b, h)
+            offset = _chunk_start(plan, r, a, h) - k_start
             task = Task(a * h, h, b * h, h, plan.causal)
             case = _nonempty(plan, offset, h, h).astype(jnp.int32)
-            groups.append((case, ((), ((task, offset),))))
+            branches: tuple[Branch, ...] = ((), ((task, offset),))
+            if plan.sinks:
+                all_sinks: Branch = ((dataclasses.replace(task, window=False), offset),)
+                branches += (all_sinks,)
+                case = jnp.where(k_start + h <= plan.sinks, 2, case)
+                if cut:
+                    head = Task(a * h, h, b * h, cut, plan.causal, window=False)
+                    tail = Task(a * h, h, b * h + cut, h - cut, plan.causal)
+                    branches += (((head, offset), (tail, offset - cut)),)
+                    case = jnp.where((k_start < plan.sinks) & (plan.sinks < k_start + h), 3, case)
+            groups.append((case, branches))
     return groups
 
 
@@ -177,7 +195,7 @@ def _block_args(plan: RingPlan, loc: Local, kv: tuple, task: Task, offset: Any, 
         position_offset=offset,
         causal=task.causal,
         softmax_scale=plan.scale,
-        sliding_window=plan.window if offset is not None else None,
+        sliding_window=plan.window if offset is not None and task.window else None,
         logits_soft_cap=plan.soft_cap,
     )
 

@@ -87,12 +87,17 @@ def ring_attention(
             ``deterministic=False`` is refused (the ring has no dropout), otherwise ignored.
         query_chunk_size, key_chunk_size: config hints: the inner kernel's forward
             ``q_blocksize`` / ``kv_blocksize`` (an explicit ``cfg`` wins).
-        causal_block_size, float32_logits, policy, prevent_cse, dtype: accepted from earlier
-            releases and ignored: logits are always float32, the backward is the ring's own (no
-            rematerialization policy), and the output has the query's dtype.
+        causal_block_size: earlier releases' blockwise-causal tiling: set (any size), it means
+            ``causal=True``, as it did there; the size itself only tiled the old kernel.
+        float32_logits, policy, prevent_cse, dtype: accepted from earlier releases and ignored:
+            logits are always float32, the backward is the ring's own (no rematerialization
+            policy), and the output has the query's dtype.
         precision: ``DEFAULT`` only, as in ``flash_attention``.
-        cache_idx, attention_sink_size: refused when set (use ``page_attention`` for decoding
-            into a cache, ``softmax_aux`` for learned sinks).
+        attention_sink_size: ``n``: the first ``n`` keys of the sequence (global positions) are
+            exempt from ``sliding_window`` (StreamingLLM's attention sinks), as in earlier
+            releases; the causal mask, segments and masks still apply to them. Without a window
+            it changes nothing. Learned sink logits are ``softmax_aux``.
+        cache_idx: refused when set (use ``page_attention`` for decoding into a cache).
         platform: ``"auto"`` or the platform of the inner flash-attention kernel.
         cfg: a :class:`RingAttentionConfig` (the inner kernel's tiling).
         mesh, in_specs, out_specs: run under ``jax.shard_map`` on ``mesh``: ``in_specs`` are the

@@ -27,7 +27,7 @@ def _sds(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dtype)
 
 
-def _probe(a: RingAttentionArgs, nq: int, nk: int, causal: bool, offset: bool) -> AttentionArgs:
+def _probe(a: RingAttentionArgs, nq: int, nk: int, causal: bool, offset: bool, window: bool = True) -> AttentionArgs:
     """Abstract arguments of one inner call of ``nq`` queries against ``nk`` keys."""
 
     def cut(x: Any) -> Any:
@@ -47,7 +47,7 @@ def _probe(a: RingAttentionArgs, nq: int, nk: int, causal: bool, offset: bool) -
         position_offset=_sds((), jnp.int32) if offset else None,
         causal=causal,
         softmax_scale=a.softmax_scale,
-        sliding_window=a.sliding_window if offset else None,
+        sliding_window=a.sliding_window if offset and window else None,
         logits_soft_cap=a.logits_soft_cap,
     )
 
@@ -62,7 +62,13 @@ def block_probes(a: RingAttentionArgs) -> list[AttentionArgs]:
             return [_probe(a, sq, sq, True, False), _probe(a, sq // 2, sq // 2, False, False)]
         return [_probe(a, sq, sq, True, False), _probe(a, sq, sq, False, False)]
     h = sq // (2 if a.layout == "zigzag" else 1)
-    return [_probe(a, h, h, a.causal, True)]
+    probes = [_probe(a, h, h, a.causal, True)]
+    if a.attention_sink_size:  # chunks of sinks run without the window, whole or split at the last sink
+        probes.append(_probe(a, h, h, a.causal, True, window=False))
+        cut = a.attention_sink_size % h
+        if cut:
+            probes += [_probe(a, h, cut, a.causal, True, window=False), _probe(a, h, h - cut, a.causal, True)]
+    return probes
 
 
 class RingAttentionImpl(KernelImpl):
@@ -205,6 +211,7 @@ class RingAttentionImpl(KernelImpl):
             soft_cap=args.logits_soft_cap,
             impl=impl,
             cfg=self._flash_cfg(cfg, impl),
+            sinks=args.attention_sink_size,
         )
         return ring(
             plan,

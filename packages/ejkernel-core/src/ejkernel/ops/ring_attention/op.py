@@ -70,6 +70,9 @@ class RingAttentionArgs(
     )  # fmt: skip
     axis_name: Any = static(None)
     layout: str = static("contiguous")
+    # Earlier releases' attention_sink_size: the first keys of the sequence, exempt from the
+    # sliding window (0 without a window, where it changes nothing).
+    attention_sink_size: int = static(0)
 
     @property
     def mode(self) -> str:
@@ -88,14 +91,17 @@ def _check_axis_name(op: str, axis_name: Any) -> Any:
     raise TypeError(f"{op}: axis_name must be a mesh axis name (a str) or a tuple of them, got {axis_name!r}")
 
 
-def _earlier_options(op: str, p: dict[str, Any]) -> None:
-    """Earlier releases' blockwise-ring options: checked, then removed (see the docstring)."""
+def _earlier_options(op: str, p: dict[str, Any]) -> int:
+    """Earlier releases' blockwise-ring options: checked, then removed (see the docstring).
+    ``causal_block_size`` (the blockwise ring's causal tiling) sets ``causal``. Returns
+    ``attention_sink_size``."""
     pdrop = static_float(op, "pdrop", p.pop("pdrop", 0.0), positive=False, allow_none=False)
     deterministic = static_bool(op, "deterministic", p.pop("deterministic", True))
     p.pop("dropout_rng", None)
     if pdrop and not deterministic:
         raise ValueError(f"{op}: dropout (pdrop={pdrop}, deterministic=False) is not supported by the ring")
-    static_int(op, "causal_block_size", p.pop("causal_block_size", None), minimum=1)
+    if static_int(op, "causal_block_size", p.pop("causal_block_size", None), minimum=1) is not None:
+        p["causal"] = True
     static_bool(op, "float32_logits", p.pop("float32_logits", True))
     static_bool(op, "prevent_cse", p.pop("prevent_cse", True))
     policy = p.pop("policy", None)
@@ -111,12 +117,7 @@ def _earlier_options(op: str, p: dict[str, Any]) -> None:
             raise TypeError(f"{op}: dtype must be a dtype, got {dtype!r}") from None
     if p.pop("cache_idx", None) is not None:
         raise ValueError(f"{op}: cache_idx (decoding into a cache) is not supported; use ejkernel.page_attention")
-    sinks = static_int(op, "attention_sink_size", p.pop("attention_sink_size", 0), minimum=0)
-    if sinks:
-        raise ValueError(
-            f"{op}: attention_sink_size={sinks} (always-attended first tokens) is not supported; "
-            "use softmax_aux for learned sink logits"
-        )
+    return static_int(op, "attention_sink_size", p.pop("attention_sink_size", 0), minimum=0) or 0
 
 
 def bound_axis_size(axis_name: Any) -> int | None:
@@ -152,7 +153,7 @@ class RingAttention(AttentionOp):
     def canonicalize(self, params: dict[str, Any]) -> RingAttentionArgs:
         op = self.name
         params = dict(params)
-        _earlier_options(op, params)
+        sinks = _earlier_options(op, params)
         axis_name = _check_axis_name(op, params.pop("axis_name", None))
         layout = params.pop("layout", "contiguous")
         if layout not in LAYOUTS:
@@ -179,7 +180,8 @@ class RingAttention(AttentionOp):
                 f"{op}: the zigzag layout holds two equal chunks per shard, so their lengths must be even: {shapes}"
             )
         fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a)}
-        return RingAttentionArgs(**fields, axis_name=axis_name, layout=layout)
+        sinks = sinks if a.sliding_window is not None else 0
+        return RingAttentionArgs(**fields, axis_name=axis_name, layout=layout, attention_sink_size=sinks)
 
     # -- shard_map ----------------------------------------------------------------------------
 

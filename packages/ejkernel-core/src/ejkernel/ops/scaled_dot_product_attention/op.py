@@ -1,4 +1,12 @@
-"""The ``scaled_dot_product_attention`` op: the plain baseline (materializes the logits)."""
+"""The ``scaled_dot_product_attention`` op: the plain baseline (materializes the logits).
+
+Its parameters are ``flash_attention``'s, except the two that earlier releases gave another
+meaning (they passed them on to ``jax.nn.dot_product_attention``): ``cum_seqlens_q`` /
+``cum_seqlens_k`` are per-example lengths ``[batch]`` here too, and packed sequence boundaries
+``[num_seqs + 1]`` (``flash_attention``'s ``cum_seqlens_q/k``) are ``cu_seqlens_q`` /
+``cu_seqlens_k``. The meaning is told by the name only, never by the shape (``batch + 1`` lengths
+and ``num_seqs + 1`` boundaries can have the same length).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ import jax.numpy as jnp
 from ...types.mask_info import MaskInfo
 from ..args import Args, as_array
 from ..config import OpConfig
-from ..families.attention import AttentionOp
+from ..families.attention import AttentionOp, lengths_mask_info
 
 __all__ = ["ScaledDotProductAttention", "ScaledDotProductAttentionConfig"]
 
@@ -28,8 +36,13 @@ class ScaledDotProductAttention(AttentionOp):
     config_cls = ScaledDotProductAttentionConfig
 
     def bind(self, params: dict[str, Any]) -> Args:
-        # Earlier releases' ``attention_mask=`` (api-modules.md): the MaskInfo it stands for.
         params = dict(params)
+        q_lens, k_lens = params.pop("cum_seqlens_q", None), params.pop("cum_seqlens_k", None)
+        # The dense attention record calls packed boundaries cum_seqlens_q/k.
+        params["cum_seqlens_q"] = params.pop("cu_seqlens_q", None)
+        params["cum_seqlens_k"] = params.pop("cu_seqlens_k", None)
+        packed = params["cum_seqlens_q"] is not None or params["cum_seqlens_k"] is not None
+        # Earlier releases' ``attention_mask=`` (api-modules.md): the MaskInfo it stands for.
         mask = params.pop("attention_mask", None)
         if mask is not None:
             if params.get("mask_info") is not None:
@@ -39,4 +52,19 @@ class ScaledDotProductAttention(AttentionOp):
             if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
                 raise TypeError(f"{self.name}: attention_mask must be a bool or integer array, got {mask.dtype}")
             params["mask_info"] = MaskInfo.from_attention_mask(mask)
-        return super().bind(params)
+        if q_lens is not None or k_lens is not None:
+            if packed:
+                raise ValueError(
+                    f"{self.name}: pass per-example lengths (cum_seqlens_q/k, [batch]) or packed sequence "
+                    "boundaries (cu_seqlens_q/k, [num_seqs + 1]), not both"
+                )
+            params["mask_info"] = lengths_mask_info(
+                self.name, params.get("query"), params.get("key"), q_lens, k_lens, params.get("mask_info")
+            )
+        try:
+            return super().bind(params)
+        except (TypeError, ValueError) as e:
+            if not packed or "cum_seqlens_" not in str(e):
+                raise
+            # The record's checks name its fields; this call named the boundaries cu_seqlens_q/k.
+            raise type(e)(str(e).replace("cum_seqlens_", "cu_seqlens_")) from None

@@ -21,6 +21,10 @@ class PallasTpuGroupedMatmul(KernelImpl):
     version = "1"
     device_requirement = "a TPU"
     dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")
+    unsupported: ClassVar[dict[str, str]] = {
+        "rhs_scale": "rhs_scale is applied by the XLA and Triton implementations only",
+        "rhs_scale_blocks": "blockwise rhs_scale is applied by the XLA implementation only",
+    }
     # 16-row visits: several row tiles per group and tiles shared by two groups on the small cases.
     test_configs: ClassVar[dict[str, OpConfig]] = {
         "rows16": GroupedMatmulConfig(block_m=16, block_n=128, block_k=128, split_k=1)
