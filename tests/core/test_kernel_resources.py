@@ -132,3 +132,58 @@ def test_grouped_matmul_needs_of_the_three_kernels():
     assert fwd == 3 * (128 + 256) * 64 * 2 + 128 * 256 * 4 == 278528
     assert dlhs == 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2
     assert tgmm == int(np.prod((3, 384, 64, 2)))
+
+
+@compiled
+def test_flash_attention_declared_shared_memory_bounds_the_compiled_kernels(monkeypatch):
+    from ejkernel.ops import BwdParams, FwdParams
+    from ejkernel.ops.flash_attention import FlashAttentionConfig
+    from ejkernel_triton.flash_attention import _spec
+
+    impl = kernel_registry.get("flash_attention", platform="triton")
+    bf = jnp.bfloat16
+
+    def qkv(d, dtype=bf, s=256):
+        x = jnp.zeros((1, s, 2, d), dtype)
+        return dict(query=x, key=x, value=x)
+
+    cases = [
+        (dict(qkv(128), causal=True), None),
+        (qkv(64), None),  # Hopper: the warp-specialized TMA forward, its output tile staged
+        (qkv(128), FlashAttentionConfig(fwd_params=FwdParams(128, 128, 8, 3))),
+        (dict(qkv(64, jnp.float32), causal=True), None),
+        (qkv(256), FlashAttentionConfig(bwd_params=BwdParams(32, 64, 4, 2))),
+    ]
+    for cap in (90, 80):
+        # The TMA kernels are chosen by the arrays' device: pretend it is the compiled-for one.
+        monkeypatch.setattr(_spec, "_capability", lambda a, cap=cap: (cap // 10, cap % 10))
+        for kw, cfg in cases:
+            _check_declared_bounds_compiled("flash_attention", impl, kw, cfg, capabilities=(cap,))
+
+
+@compiled
+def test_state_space_v1_and_mean_pooling_declared_shared_memory_bounds_the_compiled_kernels():
+    from ejkernel.ops.mean_pooling import MeanPoolingConfig
+    from ejkernel.ops.state_space_v1 import StateSpaceV1Config
+
+    ssm = kernel_registry.get("state_space_v1", platform="triton")
+    for n, dtype, cfg in (
+        (16, jnp.bfloat16, None),
+        (16, jnp.float32, StateSpaceV1Config(block_d=32, block_e=32, num_warps=8, num_stages=2)),
+        (64, jnp.bfloat16, StateSpaceV1Config(block_d=16, block_e=32, num_warps=4, num_stages=2)),
+    ):
+        b, s, d = 1, 256, 512
+        kw = dict(
+            hidden_states=jnp.zeros((b, s, d), dtype), A=-jnp.ones((d, n)), B=jnp.zeros((b, s, n), dtype),
+            C=jnp.zeros((b, s, n), dtype), D=jnp.ones((d,)), dt=jnp.zeros((b, s, d), dtype),
+        )  # fmt: skip
+        _check_declared_bounds_compiled("state_space_v1", ssm, kw, cfg)
+    pool = kernel_registry.get("mean_pooling", platform="triton")
+    cu = jnp.asarray(np.array([0, 700, 2048], np.int32))
+    for dtype, cfg in (
+        (jnp.bfloat16, None),
+        (jnp.float32, MeanPoolingConfig(block_size=64, block_dim=512, split_size=512, num_warps=8, num_stages=3)),
+    ):
+        _check_declared_bounds_compiled(
+            "mean_pooling", pool, dict(x=jnp.zeros((2048, 1024), dtype), cu_seqlens=cu), cfg
+        )
