@@ -22,7 +22,6 @@ import time
 import traceback
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,10 +29,11 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("unset TRITON_INTERPRET: this script compiles the kernels for sm_90")
 
 import ejkernel  # noqa: F401  (loads the ops)
-from ejkernel.ops import DeviceInfo, kernel_registry, run_impl
+from ejkernel.ops import DeviceInfo, kernel_registry
 from ejkernel.ops.executor import bind
 from ejkernel.ops.op import op_class
-from ejkernel_triton._launch import compile_launch, compile_only
+from ejkernel_triton._compile import traced_launches
+from ejkernel_triton._launch import compile_launch
 
 GPU = DeviceInfo(platform="gpu", kind="NVIDIA H200", compute_capability=(9, 0))
 SMEM_LIMIT = 227 * 1024  # Hopper, per block
@@ -63,22 +63,7 @@ def _compile_records(records: list[dict[str, Any]]) -> list[str]:
 
 def _trace(impl: Any, op: str, kw: dict[str, Any], cfg: Any, grads: bool) -> list[dict[str, Any]]:
     """The launches of ``impl`` on ``kw`` (forward, and with ``grads`` the VJP)."""
-    record = bind(op, **kw)
-    names = [n for n in record.differentiable() if kw.get(n) is not None] if grads else []
-    diff = {n: kw[n] for n in names}
-
-    def fwd(d: dict[str, Any]) -> Any:
-        return run_impl(impl, bind(op, **{**kw, **d}), cfg, device=GPU)
-
-    def loss(d: dict[str, Any]) -> Any:
-        return sum(jnp.sum(o.astype(jnp.float32)) for o in jax.tree.leaves(fwd(d)))
-
-    with compile_only() as recs:
-        if names:
-            jax.jit(jax.grad(loss)).lower(diff)
-        else:
-            jax.jit(fwd).lower(diff)
-    return recs
+    return traced_launches(impl, op, kw, cfg, GPU, grads=grads)
 
 
 def _bench_inputs(op: str) -> list[tuple[str, dict[str, Any]]]:

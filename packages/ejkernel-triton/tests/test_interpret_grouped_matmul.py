@@ -198,10 +198,12 @@ def test_heuristic_stage_depths():
     assert not H.heuristic(16384, 4096, 2048, 8, 4, hopper).persistent  # float32: 128 columns
     cfg = H.heuristic(16384, 2048, 1536, 64, 4, hopper)  # float32: 128 columns
     assert (cfg.block_n, cfg.tgmm_num_stages) == (128, None)
-    for cc in (hopper, (8, 0), None):
+    for cc in (hopper, (8, 0), (8, 6), None):
         for itemsize in (2, 4):
-            for cand in H.candidates(16384, 2048, 1536, 64, itemsize, cc):
-                full = cand.filled_from(H.heuristic(16384, 2048, 1536, 64, itemsize, cc))
-                assert H.smem_bytes(full, itemsize) <= H.smem_limit(cc), (cc, itemsize, full)
+            for out_itemsize in (2, 4):
+                heuristic = H.heuristic(16384, 2048, 1536, 64, itemsize, cc, out_itemsize)
+                for cand in H.candidates(16384, 2048, 1536, 64, itemsize, cc, out_itemsize):
+                    full = cand.filled_from(heuristic)
+                    assert H.fits(full, itemsize, out_itemsize, cc), (cc, itemsize, out_itemsize, full)
     wide = GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tgmm_num_stages=4)
-    assert H.smem_bytes(wide, 2) == 4 * 384 * 64 * 2  # the deeper of the two pipelines
+    assert H.needs(wide, 2, 2)[2].shared_memory == 4 * 384 * 64 * 2  # tgmm: its own, deeper pipeline

@@ -135,6 +135,8 @@ def run_command(args: argparse.Namespace) -> int:
         values = [fmt(r.get(c), 3 if c.endswith("ms") else 2) for c in cols]
         table.add_row(escape(r["label"]), escape(r["impl"]), *values, escape(str(r.get("check", "-"))))
     console.print(table)
+    for line in desc.summary(records, args):
+        console.print(escape(line))
     written = True
     try:
         if args.json:

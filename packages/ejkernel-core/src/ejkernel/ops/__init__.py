@@ -2,7 +2,7 @@
 
 The ops themselves live in this package too, one folder each (``ejkernel/ops/flash_attention/``,
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
-ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``args``, ``op``, ``impl``,
+ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``resources``, ``args``, ``op``, ``impl``,
 ``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``,
 ``compat`` (the earlier API's names, mapped onto these; also importable from ``ejkernel.ops.utils``).
 """
@@ -54,10 +54,11 @@ from .executor import (
     record_dispatches,
     run_impl,
 )
-from .impl import Backend, KernelImpl, Platform, SizeRule, declared_decline
+from .impl import Backend, KernelImpl, Platform, SizeRule, check_config, declared_decline
 from .op import Op, get_op, list_ops, op_class
 from .policy import Policy, current_policy, default_policy, policy
 from .registry import BackendInfo, KernelRegistry, kernel_registry
+from .resources import DeviceProfile, Need, profile_for
 from .selection import ConfigSelectorChain, Tier, current_overlay, overlay, resolve_config
 from .timing import device_ms, time_callable
 
@@ -75,12 +76,14 @@ __all__ = [
     "ConfigCache",
     "ConfigSelectorChain",
     "DeviceInfo",
+    "DeviceProfile",
     "Dispatch",
     "Executor",
     "FwdParams",
     "Kernel",
     "KernelImpl",
     "KernelRegistry",
+    "Need",
     "Op",
     "OpConfig",
     "PersistentCache",
@@ -94,6 +97,7 @@ __all__ = [
     "array",
     "bind",
     "cache_key",
+    "check_config",
     "checks",
     "checks_enabled",
     "create_default_executor",
@@ -116,6 +120,7 @@ __all__ = [
     "op_exports",
     "overlay",
     "policy",
+    "profile_for",
     "record_dispatches",
     "resolve_config",
     "run_impl",

@@ -91,6 +91,10 @@ class OpBench:
     def ratio_peer(self, platform: str) -> str | None:
         return self.peer(platform) if callable(self.peer) else self.peer
 
+    def summary(self, records: list[dict[str, Any]], ns: argparse.Namespace) -> list[str]:
+        """Lines the command line prints after the table (comparisons across cases); default none."""
+        return []
+
 
 def _record_base(op: str, impl: str, device: str, dtype: str) -> dict[str, Any]:
     from .. import __version__

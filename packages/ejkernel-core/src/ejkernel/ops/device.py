@@ -30,12 +30,15 @@ class DeviceInfo:
         kind: the JAX device kind, e.g. ``"cpu"``, ``"NVIDIA H200"``, ``"TPU v5 lite"``.
         compute_capability: ``(major, minor)`` on NVIDIA GPUs, else ``None``.
         runtime: jaxlib version and, on accelerators, the platform runtime version.
+        sm_count: streaming multiprocessors on NVIDIA GPUs (the device's ``core_count``), else
+            ``None``; not part of the fingerprint (the kind names the part).
     """
 
     platform: str
     kind: str
     compute_capability: tuple[int, int] | None = None
     runtime: str = ""
+    sm_count: int | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -72,7 +75,15 @@ def _device_info(device: Any) -> DeviceInfo:
             pv = ""
         if pv and pv != "<unknown>":
             runtime += f"/{pv.replace(' ', '-')}"
-    return DeviceInfo(platform=platform, kind=str(device.device_kind), compute_capability=cc, runtime=runtime)
+    sm_count = None
+    if cc is not None:
+        try:
+            sm_count = int(getattr(device, "core_count", 0)) or None
+        except (TypeError, ValueError):
+            sm_count = None
+    return DeviceInfo(
+        platform=platform, kind=str(device.device_kind), compute_capability=cc, runtime=runtime, sm_count=sm_count
+    )
 
 
 def _default_device() -> Any:

@@ -13,6 +13,10 @@ A backend subclasses :class:`KernelImpl` (or its op family's base, e.g.
 - ``unsupported``: feature name → reason, for the features of its op
   (:attr:`~ejkernel.ops.op.Op.features`) it does not implement.
 
+A GPU kernel also declares what a config needs of the device (:meth:`KernelImpl.resources`:
+shared memory, threads, registers per block): :func:`check_config` checks it against the
+device's limits (:mod:`ejkernel.ops.resources`) for every config before it runs.
+
 :func:`declared_decline` turns the declaration into a decline reason; the registry uses it for
 every call, and the conformance suite uses it to decide, independently of the implementation's
 code, which cases must raise :class:`~ejkernel.errors.UnsupportedError` and which must match the
@@ -33,8 +37,9 @@ from .args import Args
 from .config import OpConfig
 from .device import DeviceInfo
 from .op import get_op, op_class
+from .resources import Need, check_fits
 
-__all__ = ["Backend", "KernelImpl", "Platform", "SizeRule", "declared_decline"]
+__all__ = ["Backend", "KernelImpl", "Platform", "SizeRule", "check_config", "declared_decline"]
 
 _DIRECT = "<direct>"
 
@@ -77,6 +82,8 @@ class KernelImpl:
     - :meth:`heuristic_cfg`, a config for any call it accepts (pure function of shapes, dtype and
       device), and :meth:`candidate_cfgs`, the autotuning search space;
     - :meth:`validate_cfg`, to reject configs it cannot run;
+    - :meth:`resources`, what each kernel it launches needs of the GPU with a config (checked
+      against the device before anything is compiled: :func:`check_config`);
     - :meth:`run`, which computes the op from the op's bound arguments and a complete config.
 
     ``version`` enters cache keys: bump it when a change makes tuned configs stale.
@@ -124,6 +131,13 @@ class KernelImpl:
     def validate_cfg(self, cfg: OpConfig, args: Any, device: DeviceInfo) -> None:
         """Raise ``ValueError`` if ``cfg`` (complete) cannot run ``args``; default: accept."""
 
+    def resources(self, cfg: OpConfig, args: Any, device: DeviceInfo) -> Sequence[Need]:
+        """What one block of each kernel that ``run(args, cfg)`` launches (forward and backward)
+        needs on ``device`` (an NVIDIA GPU; its architecture may change the need): shared memory
+        from tiles, pipeline stages and dtypes, threads, registers where bounded. An upper bound of
+        what the compiler allocates. Default: nothing declared (nothing to check)."""
+        return ()
+
     def run(self, args: Any, cfg: OpConfig) -> Any:
         raise NotImplementedError
 
@@ -150,6 +164,14 @@ class FunctionImpl(KernelImpl):
 
     def run(self, args: Any, cfg: OpConfig) -> Any:
         return self.fn(args, cfg)
+
+
+def check_config(impl: KernelImpl, cfg: OpConfig, args: Any, device: DeviceInfo) -> None:
+    """What every complete config goes through before ``impl`` runs it: the implementation's own
+    :meth:`~KernelImpl.validate_cfg`, then its declared :meth:`~KernelImpl.resources` against the
+    device's limits. Raises ``ValueError`` (naming the kernel, its need and the limit)."""
+    impl.validate_cfg(cfg, args, device)
+    check_fits(impl, cfg, args, device)
 
 
 def declared_decline(impl: KernelImpl, args: Args) -> str | None:

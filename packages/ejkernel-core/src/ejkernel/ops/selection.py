@@ -30,6 +30,7 @@ from .autotune import Autotuner, TuneResult
 from .cache import ConfigCache, PersistentCache, cache_key
 from .config import OpConfig
 from .device import DeviceInfo
+from .impl import check_config
 from .policy import Policy, current_policy
 
 __all__ = ["ConfigSelectorChain", "Tier", "current_overlay", "overlay", "resolve_config"]
@@ -92,10 +93,11 @@ def _stamp(cfg: OpConfig, impl: Any) -> OpConfig:
 
 def resolve_config(op: Any, impl: Any, args: Any, device: DeviceInfo, cfg: OpConfig | None = None) -> OpConfig:
     """The complete config ``impl`` runs ``args`` with: ``cfg`` (or the heuristic) with its
-    ``None`` fields filled from the heuristic, stamped with the implementation, validated by it."""
+    ``None`` fields filled from the heuristic, stamped with the implementation, validated by it
+    and checked against the device's limits (:func:`~ejkernel.ops.impl.check_config`)."""
     heuristic = impl.heuristic_cfg(args, device)
     full = _stamp(heuristic if cfg is None else cfg.filled_from(heuristic), impl)
-    impl.validate_cfg(full, args, device)
+    check_config(impl, full, args, device)
     return full
 
 
@@ -233,7 +235,7 @@ class ConfigSelectorChain:
             else:
                 try:
                     cfg = self._stamp(self.persistent.decode(stored["config"], op.config_cls), impl)
-                    impl.validate_cfg(cfg, args, device)
+                    check_config(impl, cfg, args, device)
                 except Exception as e:
                     attempts.append(f"persistent: unusable entry ({type(e).__name__}: {e})")
                     log.warning("ejkernel: ignoring cached config for %s: %s", key, e)
@@ -256,7 +258,7 @@ class ConfigSelectorChain:
             raise ConfigResolutionError(key, attempts)
         try:
             cfg = self._stamp(impl.heuristic_cfg(args, device), impl)
-            impl.validate_cfg(cfg, args, device)
+            check_config(impl, cfg, args, device)
         except Exception as e:
             attempts.append(f"heuristic: {type(e).__name__}: {e}")
             raise ConfigResolutionError(key, attempts) from e
@@ -274,7 +276,7 @@ class ConfigSelectorChain:
             for cand in impl.candidate_cfgs(args, device):
                 full = self._stamp(cand.filled_from(heuristic), impl)
                 try:
-                    impl.validate_cfg(full, args, device)
+                    check_config(impl, full, args, device)
                 except ValueError as e:
                     log.debug("ejkernel: pruned candidate %s: %s", full.tuning_fields(), e)
                     continue

@@ -72,13 +72,22 @@ def smem_bytes(
 
 
 def heuristic_stages(
-    groups: int, head_dim: int, partition: int, block_size: int, itemsize: int = 2, variant: int = 0
+    groups: int,
+    head_dim: int,
+    partition: int,
+    block_size: int,
+    itemsize: int = 2,
+    variant: int = 0,
+    smem_per_sm: int = SMEM_PER_SM,
+    smem_per_block: int = SMEM_LIMIT,
 ) -> int:
-    """The deepest ring that still lets the register-limited number of CTAs share an SM."""
+    """The deepest ring that still lets the register-limited number of CTAs share an SM (of
+    ``smem_per_sm`` bytes, at most ``smem_per_block`` per CTA: the device's, Hopper's by default)."""
     ctas = resident_ctas(groups, head_dim, itemsize, variant)
+    limit = min(smem_per_block, SMEM_LIMIT)
     for stages in range(MAX_STAGES, MIN_STAGES - 1, -1):
         smem = smem_bytes(groups, head_dim, partition, block_size, stages, itemsize, variant)
-        if ctas * (smem + 1024) <= SMEM_PER_SM and smem <= SMEM_LIMIT:
+        if ctas * (smem + 1024) <= smem_per_sm and smem <= limit:
             return stages
     return MIN_STAGES
 

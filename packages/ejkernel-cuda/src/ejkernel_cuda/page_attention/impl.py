@@ -7,7 +7,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig, profile_for
 from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
 from .. import _ffi
@@ -27,6 +27,14 @@ def _window_left(args: PageAttentionArgs) -> int | None:
 
 def _itemsize(args: PageAttentionArgs) -> int:
     return jnp.dtype(args.key_cache.dtype).itemsize
+
+
+def _smem(device: DeviceInfo) -> tuple[int, int]:
+    """Shared memory per SM and per block of ``device`` (Hopper's where it is no known GPU)."""
+    profile = profile_for(device)
+    if profile is None:
+        return H.SMEM_PER_SM, H.SMEM_LIMIT
+    return profile.shared_memory_per_sm, profile.shared_memory_per_block
 
 
 def _context(args: PageAttentionArgs) -> int:
@@ -64,7 +72,9 @@ class CudaPageAttention(KernelImpl):
             args.batch, args.num_kv_heads, args.num_groups, args.head_dim, _context(args), args.block_size, sms,
             _itemsize(args),
         )  # fmt: skip
-        stages = H.heuristic_stages(args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT)
+        stages = H.heuristic_stages(
+            args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT, *_smem(device)
+        )
         return PageAttentionConfig(tokens_per_block=p, num_stages=stages)
 
     def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
@@ -86,8 +96,16 @@ class CudaPageAttention(KernelImpl):
         if smem > H.SMEM_LIMIT:
             raise ValueError(
                 f"cuda page_attention: a partition of {p} tokens with {stages} stages needs {smem} B of shared "
-                f"memory (at most {H.SMEM_LIMIT})"
+                f"memory (at most {H.SMEM_LIMIT}, what the FFI handler accepts)"
             )
+
+    def resources(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> list[Need]:
+        """Pass 1's CTA (its dynamic shared memory, ``heuristics.smem_bytes``); the merge pass
+        holds one row per head in registers."""
+        p = self._partition(cfg, args)
+        stages = self._stages(cfg, args, p)
+        smem = H.smem_bytes(args.num_groups, args.head_dim, p, args.block_size, stages, _itemsize(args), LANE_VARIANT)
+        return [Need("paged decode pass 1", smem, H.THREADS)]
 
     @staticmethod
     def _partition(cfg: PageAttentionConfig, args: PageAttentionArgs) -> int:

@@ -12,16 +12,15 @@ import itertools
 
 import jax.numpy as jnp
 
-from ejkernel.ops import BwdParams, FwdParams
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, Need, profile_for
 from ejkernel.ops.families.attention import AttentionArgs
-
-# Shared memory a block may use (bytes), by compute capability (CUDA programming guide).
-_SMEM = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912}
-_SMEM_DEFAULT = 101376  # sm86/sm89 and unknown parts
 
 
 def smem_limit(cc: tuple[int, int] | None) -> int:
-    return _SMEM.get(cc or (0, 0), _SMEM_DEFAULT)
+    """Shared memory a block may use on compute capability ``cc`` (sm_86's 99 KiB where unknown)."""
+    profile = profile_for(DeviceInfo(platform="gpu", kind="", compute_capability=cc or (8, 6)))
+    assert profile is not None
+    return profile.shared_memory_per_block
 
 
 def _pad(d: int) -> int:
@@ -51,6 +50,39 @@ def bwd_smem(p: BwdParams, d: int, dv: int, itemsize: int) -> int:
     streamed = p.num_stages * p.q_blocksize * width
     resident = _copies(itemsize) * p.kv_blocksize * width
     return (streamed + resident) * itemsize + 1024
+
+
+# The TMA forward's mbarriers (a few per stage; measured 56 to 1024 B beyond the tiles, sm_90).
+TMA_BARRIERS = 1024
+
+
+def tma_fwd_smem(p: FwdParams, d: int, dv: int, itemsize: int, warp_specialized: bool) -> int:
+    """Shared memory of the TMA forward (``_fwd``'s TMA kernels): the tiles of :func:`fwd_smem`,
+    the mbarriers, and for the warp-specialized kernel the ``[q_blocksize, dv]`` output tile it
+    stores through a descriptor (Triton 3.6, sm_90: 197024 B at 128x128 tiles, d 128, 2 stages,
+    against 163840 + 32768 + 1024)."""
+    assert p.q_blocksize
+    out_tile = p.q_blocksize * _pad(dv) * itemsize if warp_specialized else 0
+    return fwd_smem(p, d, dv, itemsize) + out_tile + TMA_BARRIERS
+
+
+def needs(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams, cc: tuple[int, int] | None) -> list[Need]:
+    """What the forward and the two backward kernels need with ``fwd`` and ``bwd`` (complete).
+    On Hopper a TMA-eligible call's forward is the TMA kernel (warp-specialized when
+    ``_call._warp_specialized`` may pick it: non-causal, 4 warps, at most 2 stages)."""
+    d, dv, itemsize = args.head_dim, args.value_head_dim, jnp.dtype(args.dtype).itemsize
+    assert fwd.num_warps and bwd.num_warps
+    if tma_eligible(args, cc):
+        ws = not args.causal and fwd.num_warps == 4 and (fwd.num_stages or 0) <= 2
+        forward = Need("forward (TMA)", tma_fwd_smem(fwd, d, dv, itemsize, ws), 32 * fwd.num_warps)
+    else:
+        forward = Need("forward", fwd_smem(fwd, d, dv, itemsize), 32 * fwd.num_warps)
+    backward = bwd_smem(bwd, d, dv, itemsize)
+    return [
+        forward,
+        Need("backward dK/dV", backward, 32 * bwd.num_warps),
+        Need("backward dQ", backward, 32 * bwd.num_warps),
+    ]
 
 
 def _fit_fwd(p: FwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> FwdParams:

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, OpConfig, current_policy
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, Need, OpConfig, current_policy
 from ejkernel.ops.families.attention import AttentionArgs, AttentionImpl
 from ejkernel.ops.flash_attention import FlashAttentionConfig
 
@@ -79,16 +79,10 @@ class TritonFlashAttention(AttentionImpl):
         assert cfg.fwd_params is not None and cfg.bwd_params is not None
         H.check_params("fwd_params", cfg.fwd_params)
         H.check_params("bwd_params", cfg.bwd_params)
-        d, dv, itemsize = self._sizes(args)
-        limit = H.smem_limit(device.compute_capability)
-        if H.fwd_smem(cfg.fwd_params, d, dv, itemsize) > limit:
-            raise ValueError(
-                f"triton flash_attention: fwd_params {cfg.fwd_params} need more than {limit} B of shared memory"
-            )
-        if H.bwd_smem(cfg.bwd_params, d, dv, itemsize) > limit:
-            raise ValueError(
-                f"triton flash_attention: bwd_params {cfg.bwd_params} need more than {limit} B of shared memory"
-            )
+
+    def resources(self, cfg: FlashAttentionConfig, args: AttentionArgs, device: DeviceInfo) -> list[Need]:
+        assert cfg.fwd_params is not None and cfg.bwd_params is not None
+        return H.needs(args, cfg.fwd_params, cfg.bwd_params, device.compute_capability)
 
     def run(self, args: AttentionArgs, cfg: FlashAttentionConfig):
         from ._call import flash_attention

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ejkernel.ops import device_for_arrays
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 from ejkernel.ops.grouped_matmul.op import merge_rows, row_groups_of
 
@@ -101,13 +102,15 @@ class Spec:
         return _DOT_PRECISION[self.precision] if jnp.dtype(dtype) == jnp.float32 else "tf32"
 
 
-def persistent_programs(cfg: GroupedMatmulConfig, itemsize: int) -> int:
-    """Programs of a persistent grid: as many as fit on the GPU at once (by shared memory), or a
-    few in the interpreter (so that each program strides over several tiles)."""
+def persistent_programs(cfg: GroupedMatmulConfig, itemsize: int, out_itemsize: int) -> int:
+    """Programs of a persistent grid: as many as fit on the GPU at once (by the declared shared
+    memory of the forward and ``dlhs`` programs), or a few in the interpreter (so that each
+    program strides over several tiles)."""
     if _launch._INTERPRET:
         return 3
-    sms = _launch.sm_count()
-    return sms * max(1, H.smem_limit((9, 0)) // max(H.smem_bytes(cfg, itemsize), 1))
+    # Hopper's limits where the default device is no GPU (tracing for sm_90 under compile_only).
+    cc = device_for_arrays(()).compute_capability or (9, 0)
+    return _launch.sm_count() * H.programs_per_sm(cfg, itemsize, out_itemsize, cc)
 
 
 def tail_rows(block_m: int) -> int:
@@ -118,7 +121,8 @@ def tail_rows(block_m: int) -> int:
 
 def make_spec(a: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> Spec:
     assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_warps and cfg.num_stages and cfg.split_k
-    programs = persistent_programs(cfg, jnp.dtype(a.dtype).itemsize) if cfg.persistent else 0
+    sizes = jnp.dtype(a.dtype).itemsize, jnp.dtype(a.preferred_element_type).itemsize
+    programs = persistent_programs(cfg, *sizes) if cfg.persistent else 0
     return Spec(
         m=a.m, k=a.k, n=a.n, groups=a.groups, transpose_rhs=a.transpose_rhs, out_dtype=a.preferred_element_type,
         precision=a.precision, block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,

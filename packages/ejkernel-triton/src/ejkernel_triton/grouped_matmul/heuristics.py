@@ -7,22 +7,65 @@ for ``gmm`` (forward and ``dlhs``, whose columns are ``k``), and for ``tgmm`` an
 
 from __future__ import annotations
 
+from ejkernel.ops import DeviceInfo, Need, profile_for
 from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
-
-# Hopper and Ampere: 227 / 163 KiB of shared memory per block; leave room for the epilogue.
-_SMEM = {9: 220 * 1024, 8: 160 * 1024}
+from ejkernel.ops.resources import DeviceProfile, unfit
 
 
-def smem_limit(cc: tuple[int, int] | None) -> int:
-    return _SMEM.get(cc[0] if cc else 8, 96 * 1024)
+def _profile(cc: tuple[int, int] | None) -> DeviceProfile:
+    """The limits the configs are fitted to: the architecture's (sm_80's where it is unknown)."""
+    profile = profile_for(DeviceInfo(platform="gpu", kind="", compute_capability=cc or (8, 0)))
+    assert profile is not None
+    return profile
 
 
-def smem_bytes(cfg: GroupedMatmulConfig, itemsize: int) -> int:
-    """Shared memory of the deeper of the two software pipelines (``num_stages`` for ``gmm``,
-    ``tgmm_num_stages`` for ``tgmm``): that many copies of the A and B tiles."""
-    assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_stages
-    stages = max(cfg.num_stages, cfg.tgmm_num_stages or 0)
-    return stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+def gmm_smem(
+    block_m: int, block_n: int, block_k: int, stages: int, itemsize: int, out_itemsize: int, persistent: bool
+) -> int:
+    """Shared memory of one ``gmm_kernel`` or ``tgmm_kernel`` program, an upper bound of what
+    Triton 3.6 allocates (its compiled ``metadata.shared`` for sm_80, sm_86 and sm_90: the suite
+    compares them): ``stages`` buffers of the ``[block_m, block_k]`` and ``[block_k, block_n]``
+    operand tiles (sm_80/86 use one fewer); with float32 operands (TF32 passes) one more
+    ``[block_m, block_k]`` tile; and the epilogue's ``[block_m, block_n]`` tile in the output dtype,
+    through which the accumulator changes from the MMA layout to the store's (Triton needs half of it
+    at some tile shapes). One program per tile: the epilogue runs after the last k step, in the
+    operand buffers, and needs the larger of the two. Persistent (``_gmm_persistent``): the next
+    tile's operand loads are in flight during this tile's epilogue, so it needs both (at 128x256x64,
+    3 stages, bfloat16 operands: 147456 + 131072 B with a float32 output, over Hopper's 232448)."""
+    operands = stages * (block_m + block_n) * block_k * itemsize
+    if itemsize == 4:
+        operands += block_m * block_k * itemsize
+    epilogue = block_m * block_n * out_itemsize
+    return operands + epilogue if persistent else max(operands, epilogue)
+
+
+def needs(cfg: GroupedMatmulConfig, itemsize: int, out_itemsize: int) -> list[Need]:
+    """What the three kernels need with ``cfg`` (complete): the forward ``gmm`` (output in
+    ``preferred_element_type``, ``out_itemsize`` bytes), ``dlhs`` (the same kernel, output in the
+    inputs' dtype) and ``tgmm`` (its own pipeline depth, never persistent, float32 partials when
+    split)."""
+    assert cfg.block_m and cfg.block_n and cfg.block_k and cfg.num_stages and cfg.num_warps
+    tiles = (cfg.block_m, cfg.block_n, cfg.block_k)
+    threads = 32 * cfg.num_warps
+    persistent = bool(cfg.persistent)
+    tgmm_out = 4 if (cfg.split_k or 1) > 1 else itemsize
+    return [
+        Need("gmm (forward)", gmm_smem(*tiles, cfg.num_stages, itemsize, out_itemsize, persistent), threads),
+        Need("gmm (dlhs)", gmm_smem(*tiles, cfg.num_stages, itemsize, itemsize, persistent), threads),
+        Need(
+            "tgmm (drhs)", gmm_smem(*tiles, cfg.tgmm_num_stages or cfg.num_stages, itemsize, tgmm_out, False), threads
+        ),
+    ]
+
+
+def fits(cfg: GroupedMatmulConfig, itemsize: int, out_itemsize: int, cc: tuple[int, int] | None) -> bool:
+    return unfit(needs(cfg, itemsize, out_itemsize), _profile(cc)) is None
+
+
+def programs_per_sm(cfg: GroupedMatmulConfig, itemsize: int, out_itemsize: int, cc: tuple[int, int] | None) -> int:
+    """Programs of the persistent ``gmm`` (forward and ``dlhs``) that one SM holds at once."""
+    profile = _profile(cc)
+    return max(1, min(profile.blocks_per_sm(need) for need in needs(cfg, itemsize, out_itemsize)[:2]))
 
 
 # Programs that fill an H100/H200 (132 SMs) twice over.
@@ -41,7 +84,9 @@ def tgmm_split(m: int, k: int, n: int, groups: int, block_m: int, block_n: int, 
     return int(min(8, -(-_FULL_GRID // tiles), steps // 4))
 
 
-def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None) -> GroupedMatmulConfig:
+def heuristic(
+    m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None, out_itemsize: int | None = None
+) -> GroupedMatmulConfig:
     """Few large groups: 128-row tiles (a tile is wasted only at a group's last rows, and a
     group's last rows run half tiles when 64 are enough: ``_call.tail_rows``). Many small groups
     (fewer than 128 rows each on average): 64-row tiles, since each group's last tile is on
@@ -67,7 +112,9 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
     (65536, 4096, 1408, 64); ``dlhs`` 0.436 against 0.457 and 1.357 against 1.418. Under 512 rows
     it is not used: the forward gained (0.227 against 0.237 ms at 64 experts) but ``dlhs`` lost
     (0.245 against 0.232), and the group ends' half tiles are worth more there.
-    Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory)."""
+    Otherwise 128 columns, 4 stages on Hopper, 3 on Ampere (less shared memory).
+    The config is then fitted to the device's shared memory for ``out_itemsize``-byte outputs
+    (``None``: the inputs' dtype) with :func:`fit`."""
     rows_per_group = m / max(groups, 1)
     block_m = 128 if rows_per_group >= 128 else 64
     block_k = 64 if itemsize <= 2 else 32
@@ -81,10 +128,28 @@ def heuristic(m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int,
         tgmm_num_stages=3 if wide and stages > 3 else None,  # None: num_stages (also in configs filled from this)
         split_k=tgmm_split(m, k, n, groups, block_m, block_n, block_k), persistent=wide and rows_per_group >= 512,
     )  # fmt: skip
-    while smem_bytes(cfg, itemsize) > smem_limit(cc) and cfg.num_stages > 1:
-        fewer = cfg.num_stages - 1
-        tgmm = min(fewer, cfg.tgmm_num_stages) if cfg.tgmm_num_stages else None
-        cfg = GroupedMatmulConfig(**{**cfg.tuning_fields(), "num_stages": fewer, "tgmm_num_stages": tgmm})
+    return fit(cfg, itemsize, out_itemsize or itemsize, cc)
+
+
+def fit(cfg: GroupedMatmulConfig, itemsize: int, out_itemsize: int, cc: tuple[int, int] | None) -> GroupedMatmulConfig:
+    """``cfg``, or the nearest config that fits the device's shared memory: a persistent grid
+    whose epilogue does not fit beside its operand buffers runs one program per tile (its epilogue
+    then reuses the buffers: a float32 output at 128x256 tiles needs 278528 B persistent at 3
+    stages, 147456 B one program per tile); then fewer stages, then half as many columns."""
+    while not fits(cfg, itemsize, out_itemsize, cc):
+        fields = cfg.tuning_fields()
+        if cfg.persistent:
+            fields["persistent"] = False
+        elif cfg.num_stages > 2:
+            fields["num_stages"] = cfg.num_stages - 1
+            fields["tgmm_num_stages"] = min(cfg.num_stages - 1, cfg.tgmm_num_stages) if cfg.tgmm_num_stages else None
+        elif cfg.block_n > 16:
+            fields["block_n"] = cfg.block_n // 2
+        elif cfg.block_m > 16:
+            fields["block_m"] = cfg.block_m // 2
+        else:
+            raise AssertionError(f"no grouped_matmul config fits {_profile(cc).describe()}")  # 16x16 tiles always fit
+        cfg = GroupedMatmulConfig(**fields)
     return cfg
 
 
@@ -106,10 +171,11 @@ _PERSISTENT_CANDIDATES = ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4))
 
 
 def candidates(
-    m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None
+    m: int, k: int, n: int, groups: int, itemsize: int, cc: tuple[int, int] | None, out_itemsize: int | None = None
 ) -> list[GroupedMatmulConfig]:
-    """The autotuning space, pruned by shared memory; the heuristic's choice first."""
-    out = [heuristic(m, k, n, groups, itemsize, cc)]
+    """The autotuning space, without the configs that do not fit the device; the heuristic's choice first."""
+    out_itemsize = out_itemsize or itemsize
+    out = [heuristic(m, k, n, groups, itemsize, cc, out_itemsize)]
     space = [(c, False) for c in _CANDIDATES] + [(c, True) for c in _PERSISTENT_CANDIDATES]
     for (bm, bn, bk, warps, stages), persistent in space:
         if itemsize > 2:
@@ -117,6 +183,6 @@ def candidates(
         cfg = GroupedMatmulConfig(
             block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, split_k=1, persistent=persistent
         )
-        if cfg not in out and smem_bytes(cfg, itemsize) <= smem_limit(cc):
+        if cfg not in out and fits(cfg.filled_from(out[0]), itemsize, out_itemsize, cc):
             out.append(cfg)
     return out

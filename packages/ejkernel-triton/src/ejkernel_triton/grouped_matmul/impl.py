@@ -8,7 +8,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 
 from .._launch import availability
@@ -44,19 +44,23 @@ class TritonGroupedMatmul(KernelImpl):
     def _shape(self, a: GroupedMatmulArgs) -> tuple[int, int, int, int, int]:
         return a.m, a.k, a.n, a.groups, jnp.dtype(a.dtype).itemsize
 
+    @staticmethod
+    def _out_itemsize(a: GroupedMatmulArgs) -> int:
+        return jnp.dtype(a.preferred_element_type).itemsize
+
     def heuristic_cfg(self, args: GroupedMatmulArgs, device: DeviceInfo) -> GroupedMatmulConfig:
-        return H.heuristic(*self._shape(args), device.compute_capability)
+        return H.heuristic(*self._shape(args), device.compute_capability, self._out_itemsize(args))
 
     def candidate_cfgs(self, args: GroupedMatmulArgs, device: DeviceInfo) -> list[GroupedMatmulConfig]:
-        return H.candidates(*self._shape(args), device.compute_capability)
+        return H.candidates(*self._shape(args), device.compute_capability, self._out_itemsize(args))
+
+    def resources(self, cfg: GroupedMatmulConfig, args: GroupedMatmulArgs, device: DeviceInfo) -> list[Need]:
+        return H.needs(cfg, jnp.dtype(args.dtype).itemsize, self._out_itemsize(args))
 
     def validate_cfg(self, cfg: GroupedMatmulConfig, args: GroupedMatmulArgs, device: DeviceInfo) -> None:
         for name in ("block_m", "block_n", "block_k"):
             if getattr(cfg, name) < 16:
                 raise ValueError(f"triton grouped_matmul: {name} must be >= 16 (tl.dot), got {getattr(cfg, name)}")
-        limit = H.smem_limit(device.compute_capability)
-        if H.smem_bytes(cfg, jnp.dtype(args.dtype).itemsize) > limit:
-            raise ValueError(f"triton grouped_matmul: {cfg.tuning_fields()} needs more than {limit} B of shared memory")
 
     def run(self, args: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> jax.Array:
         from ._call import grouped_matmul

@@ -15,6 +15,7 @@ other configs 0.79-0.96 (``results/h200/wave2/pool-h200``, call 36).
 
 from __future__ import annotations
 
+from ejkernel.ops import Need
 from ejkernel.ops.mean_pooling import MeanPoolingArgs, MeanPoolingConfig
 
 SMS = 132
@@ -67,3 +68,14 @@ def check(cfg: MeanPoolingConfig) -> None:
         raise ValueError(
             f"triton mean_pooling: a {cfg.block_size}x{cfg.block_dim} tile is too large for registers (at most 64Ki)"
         )
+
+
+def needs(cfg: MeanPoolingConfig) -> list[Need]:
+    """What the three kernels need with ``cfg`` (complete): the rows stream through registers;
+    shared memory holds the column sums' exchange between warps, one float32 ``block_dim`` row per
+    warp (Triton 3.6, sm_80 and sm_90: 4096 B for the 32x256 forward at 4 warps, 512-1024 B for
+    its backward)."""
+    assert cfg.block_dim and cfg.num_warps
+    row = 4 * cfg.block_dim * cfg.num_warps
+    threads = 32 * cfg.num_warps
+    return [Need("forward", row, threads), Need("combine", row, threads), Need("backward", row, threads)]

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import jax
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.mean_pooling import MeanPoolingArgs, MeanPoolingConfig
 
 from .._launch import availability
@@ -38,6 +38,9 @@ class TritonMeanPooling(KernelImpl):
 
     def validate_cfg(self, cfg: MeanPoolingConfig, args: MeanPoolingArgs, device: DeviceInfo) -> None:
         H.check(cfg)
+
+    def resources(self, cfg: MeanPoolingConfig, args: MeanPoolingArgs, device: DeviceInfo) -> list[Need]:
+        return H.needs(cfg)
 
     def run(self, args: MeanPoolingArgs, cfg: MeanPoolingConfig) -> jax.Array:
         from ._call import mean_pooling

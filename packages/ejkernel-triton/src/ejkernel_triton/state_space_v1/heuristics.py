@@ -23,6 +23,7 @@ states) at 8 channels and 2 warps.
 
 from __future__ import annotations
 
+from ejkernel.ops import Need
 from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
 
 SMS = 132
@@ -105,3 +106,23 @@ def check(cfg: StateSpaceV1Config, args: StateSpaceV1Args) -> None:
             f"triton state_space_v1: a [{cfg.block_e}, {cfg.block_d}, {n}] tile is too large for registers "
             "(block_e * block_d * state at most 32768)"
         )
+
+
+def needs(cfg: StateSpaceV1Config, args: StateSpaceV1Args) -> list[Need]:
+    """What the four kernels need with ``cfg`` (complete). Their tiles live in registers; shared
+    memory holds only the scans' and reductions' exchanges between warps, bounded by one float32
+    ``[block_e, block_d, state]`` tile of each kernel (Triton 3.6 compiled 512-2048 B at the
+    benchmark shape, sm_80 and sm_90, against 2048-16384 B declared)."""
+    assert cfg.block_d and cfg.block_e and cfg.num_warps
+    n = state_block(args.state)
+    bwd_d = bwd_block_d(cfg.block_d)
+    block_c = carry_block_c(-(-args.seq // cfg.block_e))
+    bwd_warps = warps_for(cfg.block_e * bwd_d * n, BWD_ELEMS_PER_WARP)
+    carry_warps = warps_for(block_c * CARRY_BLOCK_D * n, CARRY_ELEMS_PER_WARP)
+    tile = cfg.block_e * n * 4
+    return [
+        Need("forward", tile * cfg.block_d, 32 * cfg.num_warps),
+        Need("backward chunk sums", tile * bwd_d, 32 * cfg.num_warps),
+        Need("backward carries", block_c * CARRY_BLOCK_D * n * 4, 32 * carry_warps),
+        Need("backward", tile * bwd_d, 32 * bwd_warps),
+    ]

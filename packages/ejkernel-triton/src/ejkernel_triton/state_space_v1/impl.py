@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
 
 from .._launch import availability
@@ -39,6 +39,9 @@ class TritonStateSpaceV1(KernelImpl):
 
     def validate_cfg(self, cfg: StateSpaceV1Config, args: StateSpaceV1Args, device: DeviceInfo) -> None:
         H.check(cfg, args)
+
+    def resources(self, cfg: StateSpaceV1Config, args: StateSpaceV1Args, device: DeviceInfo) -> list[Need]:
+        return H.needs(cfg, args)
 
     def run(self, args: StateSpaceV1Args, cfg: StateSpaceV1Config) -> Any:
         from ._call import state_space_v1

@@ -6,8 +6,10 @@ Group sizes are a multinomial draw over equally likely experts (``--dist multino
 Zipf-skewed ones (``--dist zipf``: expert ``i`` has weight ``1/(i+1)``, shuffled). Peers on the
 same inputs: ``jax.lax.ragged_dot`` and a dense matmul of the same FLOPs (``lhs @ rhs[0]``, the
 bar: ratios are taken against it). Outputs are in the inputs' dtype
-(``preferred_element_type=dtype``). The check compares the first rows (up to 512) with the
-float32 reference.
+(``preferred_element_type=dtype``) unless ``--out-dtype`` names others (``float32``, or a comma
+list such as ``float32,input``: each shape runs with each, and the summary gives each
+implementation's rate with the first against its rate with the second). The check compares the
+first rows (up to 512) with the float32 reference.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from .reference import grouped_matmul_reference
 __all__ = ["BENCH", "GroupedMatmulBench", "GroupedShape", "group_sizes_for"]
 
 DENSE_PEER = "dense matmul"
+RAGGED_PEER = "lax.ragged_dot"
 CHECK_ROWS = 512
+OUT_DTYPES = ("input", "float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +42,11 @@ class GroupedShape:
     g: int
     dist: str = "multinomial"
     transpose_rhs: bool = False
+    out_dtype: str = "input"
 
     def label(self) -> str:
-        return f"m{self.m} k{self.k} n{self.n} g{self.g} {self.dist}" + (" rhsT" if self.transpose_rhs else "")
+        out = "" if self.out_dtype == "input" else f" out={self.out_dtype}"
+        return f"m{self.m} k{self.k} n{self.n} g{self.g} {self.dist}" + (" rhsT" if self.transpose_rhs else "") + out
 
 
 def group_sizes_for(m: int, g: int, dist: str, seed: int = 0) -> np.ndarray:
@@ -74,6 +80,20 @@ class GroupedMatmulBench(OpBench):
         p.add_argument("--transpose-rhs", action="store_true", help="rhs as [g, n, k]")
         p.add_argument("--no-dense", action="store_true", help="leave out the dense matmul peer")
         p.add_argument("--no-ragged-dot", action="store_true", help="leave out the lax.ragged_dot peer")
+        p.add_argument(
+            "--out-dtype",
+            default="input",
+            help="preferred_element_type: input (the inputs' dtype), float32, bfloat16, float16, or a comma list "
+            "(the summary compares the first with the second)",
+        )
+
+    @staticmethod
+    def out_dtypes(ns: argparse.Namespace) -> list[str]:
+        names = [d.strip() for d in getattr(ns, "out_dtype", "input").split(",") if d.strip()]
+        bad = [d for d in names if d not in OUT_DTYPES]
+        if bad or not names or len(set(names)) != len(names):
+            raise ValueError(f"bad --out-dtype {ns.out_dtype!r}: distinct names among {', '.join(OUT_DTYPES)}")
+        return names
 
     def shapes(self, ns: argparse.Namespace) -> list[GroupedShape]:
         dists = [d.strip() for d in ns.dist.split(",") if d.strip()]
@@ -88,7 +108,7 @@ class GroupedMatmulBench(OpBench):
                 raise ValueError(f"bad --shape {text!r}: expected M,K,N,G") from None
             if min(m, k, n, g) < 1:
                 raise ValueError(f"bad --shape {text!r}: sizes must be positive")
-            out += [GroupedShape(m, k, n, g, d, bool(ns.transpose_rhs)) for d in dists]
+            out += [GroupedShape(m, k, n, g, d, bool(ns.transpose_rhs), o) for d in dists for o in self.out_dtypes(ns)]
         return out
 
     def cases(self, ns: argparse.Namespace, dtype: str, *, peers: bool, check: bool) -> list[BenchCase]:
@@ -102,7 +122,8 @@ class GroupedMatmulBench(OpBench):
             rhs_shape = (s.g, s.n, s.k) if s.transpose_rhs else (s.g, s.k, s.n)
             rhs = (jax.random.normal(k_rhs, rhs_shape, jdt) / np.sqrt(s.k)).astype(jdt)
             sizes = jnp.asarray(sizes_np)
-            opts = {"transpose_rhs": s.transpose_rhs, "preferred_element_type": jdt}
+            out_dtype = jdt if s.out_dtype == "input" else jnp.dtype(s.out_dtype)
+            opts = {"transpose_rhs": s.transpose_rhs, "preferred_element_type": out_dtype}
             case_peers = []
             # The dense matmul (the bar's reference) before lax.ragged_dot, which is slow on many
             # groups (80+ ms a call): a run cut by its time limit keeps the ratio.
@@ -111,14 +132,13 @@ class GroupedMatmulBench(OpBench):
                 case_peers.append(Peer(DENSE_PEER, _dense, (lhs, b0), to_op=lambda o: None))
             if peers and not getattr(ns, "no_ragged_dot", False):
                 case_peers.append(
-                    Peer(
-                        "lax.ragged_dot", lambda a, b, c, t=s.transpose_rhs: _ragged_dot(a, b, c, t), (lhs, rhs, sizes)
-                    )
+                    Peer(RAGGED_PEER, lambda a, b, c, t=s.transpose_rhs: _ragged_dot(a, b, c, t), (lhs, rhs, sizes))
                 )
             check_fn = None
             if check:
                 check_fn = self._check(lhs, rhs, sizes_np, s, dtype)
             fields = dataclasses.asdict(s)
+            fields["out_dtype"] = out_dtype.name
             fields["max_group"] = int(sizes_np.max())
             fields["empty_groups"] = int((sizes_np == 0).sum())
             out.append(
@@ -153,6 +173,31 @@ class GroupedMatmulBench(OpBench):
             return ("-", float("nan")) if out is None else check(out)
 
         return run
+
+    def summary(self, records: list[dict[str, Any]], ns: argparse.Namespace) -> list[str]:
+        """With two or more ``--out-dtype``: each implementation's rate with the first against
+        its rate with the second, per shape (forward, and forward+backward when timed)."""
+        names = self.out_dtypes(ns)
+        if len(names) < 2:
+            return []
+        first, second = names[:2]
+        by_key: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+        for r in records:
+            key = (r["impl"], r["m"], r["k"], r["n"], r["g"], r["dist"], r["transpose_rhs"])
+            by_key.setdefault(key, {})[r["out_dtype"]] = r
+        lines = []
+        for (impl, m, k, n, g, dist, t), recs in by_key.items():
+            dtype = next(iter(recs.values()))["dtype"]
+            a, b = (recs.get(dtype if name == "input" else name) for name in (first, second))
+            if a is None or b is None or impl in (DENSE_PEER, RAGGED_PEER):  # peers ignore --out-dtype
+                continue
+            parts = []
+            for key, what in (("fwd_tflops", "fwd"), ("fwdbwd_tflops", "fwd+bwd")):
+                if a.get(key) and b.get(key):
+                    parts.append(f"{what} {a[key] / b[key]:.3f} ({a[key]:.4g} / {b[key]:.4g} TFLOP/s)")
+            shape = GroupedShape(m, k, n, g, dist, t).label()
+            lines.append(f"{impl} {shape}: out={first} / out={second}: " + (", ".join(parts) or "not timed"))
+        return lines
 
 
 BENCH = GroupedMatmulBench()

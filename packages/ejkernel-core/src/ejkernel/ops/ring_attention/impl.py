@@ -13,7 +13,7 @@ from ..args import describe_array
 from ..device import DeviceInfo, device_for_arrays
 from ..families.attention import AttentionArgs
 from ..flash_attention.op import FlashAttentionConfig
-from ..impl import KernelImpl
+from ..impl import KernelImpl, check_config
 from ..registry import KernelRegistry, kernel_registry
 from ._ring import RingPlan, ring
 from .op import RingAttentionArgs, RingAttentionConfig, bound_axis_size
@@ -178,7 +178,7 @@ class RingAttentionImpl(KernelImpl):
     def validate_cfg(self, cfg: RingAttentionConfig, args: RingAttentionArgs, device: DeviceInfo) -> None:
         impl = self._inner_or_raise(args, device)
         for probe in block_probes(args):
-            impl.validate_cfg(self._flash_cfg(cfg, impl), probe, device)
+            check_config(impl, self._flash_cfg(cfg, impl), probe, device)
 
     def run(self, args: RingAttentionArgs, cfg: RingAttentionConfig) -> jax.Array:
         op = "ring_attention"

@@ -1,0 +1,189 @@
+"""The GPU implementations' declared needs (``KernelImpl.resources``): every heuristic config fits
+every device profile, and each declaration bounds what Triton really allocates (its compiled
+``metadata.shared``, compiled here for sm_90 and sm_80 without a GPU)."""
+
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ejkernel  # noqa: F401  (loads the ops)
+from ejkernel.ops import DeviceInfo, bind, kernel_registry, profile_for
+from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
+from ejkernel.ops.grouped_matmul.bench import group_sizes_for
+from ejkernel.ops.resources import unfit
+
+H200 = DeviceInfo(platform="gpu", kind="NVIDIA H200", compute_capability=(9, 0))
+# The grouped_matmul benchmark shapes (m, k, n, groups, group-size distribution).
+GMM_SHAPES = (
+    (16384, 4096, 2048, 8, "multinomial"),
+    (16384, 2048, 1536, 64, "multinomial"),
+    (65536, 4096, 1408, 64, "multinomial"),
+    (8192, 7168, 2048, 256, "zipf"),
+)
+
+
+def _gmm_args(m, k, n, g, dist, dtype=jnp.bfloat16, out=None, **kw):
+    """Bound grouped_matmul arguments of the shape (zeros: only shapes and dtypes matter)."""
+    sizes = jnp.asarray(group_sizes_for(m, g, dist))
+    if out is not None:
+        kw["preferred_element_type"] = out
+    return dict(lhs=jnp.zeros((m, k), dtype), rhs=jnp.zeros((g, k, n), dtype), group_sizes=sizes, **kw)
+
+
+def test_grouped_matmul_float32_output_runs_one_program_per_tile_where_the_persistent_epilogue_does_not_fit():
+    """The default output (float32) at the benchmark shapes on Hopper: where bf16 outputs take the
+    persistent 128x256x64 3-stage grid (groups of 512+ rows), a float32 output's epilogue tile
+    (131072 B) does not fit beside its operand buffers (147456 B): one program per tile instead."""
+    impl = kernel_registry.get("grouped_matmul", platform="triton")
+    changed = []
+    for shape in GMM_SHAPES:
+        bf16 = impl.heuristic_cfg(bind("grouped_matmul", **_gmm_args(*shape, out=jnp.bfloat16)), H200)
+        f32 = impl.heuristic_cfg(bind("grouped_matmul", **_gmm_args(*shape)), H200)  # the default output
+        for cfg, out in ((bf16, jnp.bfloat16), (f32, jnp.float32)):
+            args = bind("grouped_matmul", **_gmm_args(*shape, out=out))
+            assert unfit(impl.resources(cfg, args, H200), profile_for(H200)) is None, (shape, out, cfg)
+        if bf16 != f32:
+            changed.append(shape[:4])
+            assert bf16.persistent and not f32.persistent
+            assert f32 == GroupedMatmulConfig(**{**bf16.tuning_fields(), "persistent": False})
+    assert changed == [(16384, 4096, 2048, 8), (65536, 4096, 1408, 64)]
+
+
+def test_grouped_matmul_persistent_float32_config_is_refused_naming_the_limit():
+    """The configuration that failed at launch (``Shared memory requested (278528 b) exceeds device
+    resources (232448 b)``) is now refused before anything is compiled."""
+    cfg = GroupedMatmulConfig(
+        block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, split_k=1, persistent=True
+    )
+    kw = _gmm_args(16384, 4096, 2048, 8, "multinomial")
+    with pytest.raises(ValueError, match=r"'gmm \(forward\)' needs 278528 B .* sm_90 .* 232448 B"):
+        from ejkernel.ops import run_impl
+
+        run_impl(
+            kernel_registry.get("grouped_matmul", platform="triton"), bind("grouped_matmul", **kw), cfg, device=H200
+        )
+
+
+# -- the declarations against Triton's compiled allocation ------------------------------------------
+
+compiled = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for sm_90/sm_80: Triton without its interpreter"
+)
+
+
+def _check_declared_bounds_compiled(op, impl, kw, cfg, capabilities=(90, 80), grads=True):
+    """Every kernel the call launches, compiled for each capability: the declared need of the
+    kernel (the largest of the implementation's needs) is at least what Triton allocates."""
+    from ejkernel_triton._compile import compiled_shared, traced_launches
+
+    args = bind(op, **kw)
+    out = []
+    for cap in capabilities:
+        device = DeviceInfo(platform="gpu", kind="test", compute_capability=(cap // 10, cap % 10))
+        full = (
+            cfg.filled_from(impl.heuristic_cfg(args, device)) if cfg is not None else impl.heuristic_cfg(args, device)
+        )
+        declared = max(n.shared_memory for n in impl.resources(full, args, device))
+        for rec in traced_launches(impl, op, kw, cfg, device, grads=grads):
+            shared = compiled_shared(rec, cap)
+            assert shared <= declared, (cap, rec["name"], rec["constexprs"], shared, declared)
+            out.append((cap, rec["name"], shared, declared))
+    return out
+
+
+@compiled
+def test_grouped_matmul_declared_shared_memory_bounds_the_compiled_kernels():
+    impl = kernel_registry.get("grouped_matmul", platform="triton")
+    small = dict(m=2048, k=512, n=1024, g=4, dist="multinomial")
+
+    def cfg(bm, bn, bk, w, s, persistent=False, split=1, tgmm=None):
+        return GroupedMatmulConfig(
+            block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent,
+            tgmm_num_stages=tgmm,
+        )  # fmt: skip
+
+    # The configuration of the issue: the persistent epilogue beside three operand stages.
+    seen = _check_declared_bounds_compiled(
+        "grouped_matmul", impl, _gmm_args(*small.values()), cfg(128, 256, 64, 8, 3, persistent=True), grads=False
+    )
+    assert (90, "ejkernel_gmm", 278528, 278528) in seen
+    cases = [
+        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(128, 256, 64, 8, 3, persistent=True)),
+        (_gmm_args(*small.values()), cfg(128, 256, 64, 8, 4, tgmm=3)),
+        (_gmm_args(*small.values()), cfg(128, 128, 64, 4, 3, persistent=True)),
+        (_gmm_args(*small.values(), dtype=jnp.float32), cfg(64, 128, 32, 4, 3)),
+        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(64, 64, 64, 4, 1, split=2)),
+    ]
+    for kw, c in cases:
+        _check_declared_bounds_compiled("grouped_matmul", impl, kw, c)
+
+
+def test_grouped_matmul_needs_of_the_three_kernels():
+    """Forward (float32 output, persistent: operands and epilogue side by side), dlhs (16-bit
+    output) and tgmm (never persistent: the larger of operands and epilogue)."""
+    from ejkernel_triton.grouped_matmul import heuristics as H
+
+    c = GroupedMatmulConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, split_k=1, persistent=True)
+    fwd, dlhs, tgmm = (n.shared_memory for n in H.needs(c, 2, 4))
+    assert fwd == 3 * (128 + 256) * 64 * 2 + 128 * 256 * 4 == 278528
+    assert dlhs == 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2
+    assert tgmm == int(np.prod((3, 384, 64, 2)))
+
+
+@compiled
+def test_flash_attention_declared_shared_memory_bounds_the_compiled_kernels(monkeypatch):
+    from ejkernel.ops import BwdParams, FwdParams
+    from ejkernel.ops.flash_attention import FlashAttentionConfig
+    from ejkernel_triton.flash_attention import _spec
+
+    impl = kernel_registry.get("flash_attention", platform="triton")
+    bf = jnp.bfloat16
+
+    def qkv(d, dtype=bf, s=256):
+        x = jnp.zeros((1, s, 2, d), dtype)
+        return dict(query=x, key=x, value=x)
+
+    cases = [
+        (dict(qkv(128), causal=True), None),
+        (qkv(64), None),  # Hopper: the warp-specialized TMA forward, its output tile staged
+        (qkv(128), FlashAttentionConfig(fwd_params=FwdParams(128, 128, 8, 3))),
+        (dict(qkv(64, jnp.float32), causal=True), None),
+        (qkv(256), FlashAttentionConfig(bwd_params=BwdParams(32, 64, 4, 2))),
+    ]
+    for cap in (90, 80):
+        # The TMA kernels are chosen by the arrays' device: pretend it is the compiled-for one.
+        monkeypatch.setattr(_spec, "_capability", lambda a, cap=cap: (cap // 10, cap % 10))
+        for kw, cfg in cases:
+            _check_declared_bounds_compiled("flash_attention", impl, kw, cfg, capabilities=(cap,))
+
+
+@compiled
+def test_state_space_v1_and_mean_pooling_declared_shared_memory_bounds_the_compiled_kernels():
+    from ejkernel.ops.mean_pooling import MeanPoolingConfig
+    from ejkernel.ops.state_space_v1 import StateSpaceV1Config
+
+    ssm = kernel_registry.get("state_space_v1", platform="triton")
+    for n, dtype, cfg in (
+        (16, jnp.bfloat16, None),
+        (16, jnp.float32, StateSpaceV1Config(block_d=32, block_e=32, num_warps=8, num_stages=2)),
+        (64, jnp.bfloat16, StateSpaceV1Config(block_d=16, block_e=32, num_warps=4, num_stages=2)),
+    ):
+        b, s, d = 1, 256, 512
+        kw = dict(
+            hidden_states=jnp.zeros((b, s, d), dtype), A=-jnp.ones((d, n)), B=jnp.zeros((b, s, n), dtype),
+            C=jnp.zeros((b, s, n), dtype), D=jnp.ones((d,)), dt=jnp.zeros((b, s, d), dtype),
+        )  # fmt: skip
+        _check_declared_bounds_compiled("state_space_v1", ssm, kw, cfg)
+    pool = kernel_registry.get("mean_pooling", platform="triton")
+    cu = jnp.asarray(np.array([0, 700, 2048], np.int32))
+    for dtype, cfg in (
+        (jnp.bfloat16, None),
+        (jnp.float32, MeanPoolingConfig(block_size=64, block_dim=512, split_size=512, num_warps=8, num_stages=3)),
+    ):
+        _check_declared_bounds_compiled(
+            "mean_pooling", pool, dict(x=jnp.zeros((2048, 1024), dtype), cu_seqlens=cu), cfg
+        )
