@@ -8,6 +8,12 @@
 #   lse    the log-sum-exp protocol (ring attention's inner kernels)
 #   cuda   the ejkernel-cuda package's own tests
 #   tune   autotune persistence across processes
+#   first  a user's first calls with default options (run it before build: it shows the message
+#          of a platform="cuda" call without ejkernel-cuda)
+#   calls  every GPU implementation eagerly, under jit, vmap and shard_map; the default calls at
+#          their sizes; grouped_matmul with float32 and bfloat16 outputs; both page cache layouts
+#   firstbench  grouped_matmul float32 vs bfloat16 outputs at the four MoE shapes; page_attention
+#          in both cache layouts (CUDA and XLA)
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -15,7 +21,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-stages=" ${STAGES:-build conf gpu lse cuda bench} "
+stages=" ${STAGES:-first build conf gpu lse cuda bench} "
 # The project's addopts are dropped (the image's pytest plugins differ); its default marker filter is kept.
 # A stage that runs out of time must not leave its xdist workers compiling into the next stage.
 gpu_pytest() {
@@ -25,11 +31,41 @@ gpu_pytest() {
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 { git log -1 --format="HEAD %h (%s)"; git status --short | head -3 | sed 's/^/uncommitted: /'; } 2>/dev/null | tee -a "$out/gpu.txt"
+if [[ $stages == *" first "* ]]; then
+  python3 - <<'PY' 2>&1 | tee "$out/first_calls.txt"
+import jax, jax.numpy as jnp, ejkernel
+q = jnp.ones((2, 32, 128), jnp.bfloat16)
+kc = jnp.ones((1288, 16, 8, 128), jnp.bfloat16)
+try:
+    ejkernel.page_attention(q, kc, kc, jnp.array([100, 200]), jnp.zeros((2, 64), jnp.int32), platform="cuda")
+except Exception as e:
+    print(f"platform='cuda' without ejkernel-cuda: {type(e).__name__}: {e}")
+PY
+fi
 if [[ $stages == *" build "* ]]; then
   t0=$(date +%s)
   EJKERNEL_CUDA_ARCHS=${EJKERNEL_CUDA_ARCHS:-90a-real} python3 -m pip install -q --no-index --no-deps \
     --no-build-isolation -e packages/ejkernel-cuda > "$out/cuda_build.txt" 2>&1 || { tail -30 "$out/cuda_build.txt"; exit 1; }
   echo "cuda build: $(( $(date +%s) - t0 )) s"
+fi
+if [[ $stages == *" calls "* ]]; then
+  gpu_pytest ${CALLS_S:-360} tests/gpu/test_default_calls_gpu.py tests/gpu/test_call_modes_gpu.py \
+    tests/gpu/test_grouped_matmul_out_dtype_gpu.py packages/ejkernel-cuda/tests/test_cuda.py \
+    -n ${WORKERS:-14} --durations=10 -v > "$out/calls.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/calls.txt" | tail -30
+fi
+if [[ $stages == *" firstbench "* ]]; then
+  timeout ${GMM_S:-240} python3 -m ejkernel bench grouped_matmul --impl triton --dtype bfloat16 --repeats ${REPEATS:-5} \
+    --shape 16384,4096,2048,8 --shape 16384,2048,1536,64 --shape 65536,4096,1408,64 --out-dtype float32,bfloat16 \
+    --no-ragged-dot --json "$out/grouped_matmul_out_dtype.json" > "$out/gmm_out_dtype.txt" 2>&1
+  timeout ${GMM_S:-240} python3 -m ejkernel bench grouped_matmul --impl triton --dtype bfloat16 --repeats ${REPEATS:-5} \
+    --shape 8192,7168,2048,256 --dist zipf --out-dtype float32,bfloat16 --no-ragged-dot \
+    --json "$out/grouped_matmul_out_dtype_zipf.json" >> "$out/gmm_out_dtype.txt" 2>&1
+  tail -30 "$out/gmm_out_dtype.txt"
+  timeout ${PAGE_S:-200} python3 -m ejkernel bench page_attention --dtype bfloat16 --impl cuda --impl xla --b 32 --h 32 \
+    --hk 8 --d 128 --block-size 16 --context 8192 --cache-layout both --repeats ${REPEATS:-5} \
+    --json "$out/page_attention_layouts.json" > "$out/page_layouts.txt" 2>&1
+  tail -16 "$out/page_layouts.txt"
 fi
 if [[ $stages == *" conf "* ]]; then
   gpu_pytest ${CONF_S:-420} tests/conformance -k "triton or cuda" -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
