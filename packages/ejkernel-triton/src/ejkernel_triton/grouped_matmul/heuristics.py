@@ -27,15 +27,18 @@ def gmm_smem(
     compares them): ``stages`` buffers of the ``[block_m, block_k]`` and ``[block_k, block_n]``
     operand tiles (sm_80/86 use one fewer); with float32 operands (TF32 passes) one more
     ``[block_m, block_k]`` tile; and the epilogue's ``[block_m, block_n]`` tile in the output dtype,
-    through which the accumulator changes from the MMA layout to the store's (Triton needs half of it
-    at some tile shapes). One program per tile: the epilogue runs after the last k step, in the
+    through which the accumulator changes from the MMA layout to the store's (128 columns of it at
+    a time for a 16-bit output). One program per tile: the epilogue runs after the last k step, in the
     operand buffers, and needs the larger of the two. Persistent (``_gmm_persistent``): the next
     tile's operand loads are in flight during this tile's epilogue, so it needs both (at 128x256x64,
-    3 stages, bfloat16 operands: 147456 + 131072 B with a float32 output, over Hopper's 232448)."""
+    3 stages, bfloat16 operands: 147456 + 131072 B with a float32 output, over Hopper's 232448; 4
+    stages with a bfloat16 output: 196608 + 32768 B, which fits)."""
     operands = stages * (block_m + block_n) * block_k * itemsize
     if itemsize == 4:
         operands += block_m * block_k * itemsize
-    epilogue = block_m * block_n * out_itemsize
+    # A 16-bit output converts at most 128 columns at a time (128x256 tiles: 32 KiB, not 64);
+    # a float32 one the whole tile (test_kernel_resources compares with the compiled allocation).
+    epilogue = block_m * (min(block_n, 128) if out_itemsize == 2 else block_n) * out_itemsize
     return operands + epilogue if persistent else max(operands, epilogue)
 
 
