@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import ejkernel  # noqa: F401  (loads the ops)
-from ejkernel.ops import DeviceInfo, bind, kernel_registry, profile_for
+from ejkernel.ops import DeviceInfo, KernelImpl, Platform, bind, get_op, kernel_registry, profile_for, resolve_config
 from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
 from ejkernel.ops.grouped_matmul.bench import group_sizes_for
+from ejkernel.ops.impl import declared_decline
 from ejkernel.ops.resources import unfit
 
 H200 = DeviceInfo(platform="gpu", kind="NVIDIA H200", compute_capability=(9, 0))
@@ -32,6 +34,151 @@ def _gmm_args(m, k, n, g, dist, dtype=jnp.bfloat16, out=None, **kw):
     if out is not None:
         kw["preferred_element_type"] = out
     return dict(lhs=jnp.zeros((m, k), dtype), rhs=jnp.zeros((g, k, n), dtype), group_sizes=sizes, **kw)
+
+
+# -- every heuristic config against every device profile ---------------------------------------------
+
+PROFILE_DEVICES = [
+    DeviceInfo(platform="gpu", kind=kind, compute_capability=cc)
+    for kind, cc in (("A100", (8, 0)), ("A10", (8, 6)), ("L4", (8, 9)), ("H100", (9, 0)), ("RTX 5090", (12, 0)))
+]
+S = jax.ShapeDtypeStruct
+I32, F32 = jnp.int32, jnp.float32
+
+
+def _attention(dt):
+    for d in (64, 128, 256):
+        x = S((2, 4096, 16, d), dt)
+        kv = S((2, 4096, 4, d), dt)
+        yield dict(query=x, key=kv, value=kv, causal=True)
+        yield dict(query=x, key=x, value=x)
+
+
+def _linear(op):
+    def shapes(dt):
+        for b, t, d in ((4, 4096, 64), (4, 4096, 128), (4, 4096, 256), (1, 32768, 128)):
+            x = S((b, t, 16, d), dt)
+            if op == "lightning_attention":
+                yield dict(query=x, key=x, value=x, layer_idx=5, num_layers=24)
+            elif op == "state_space_v2":
+                yield dict(
+                    x=x, A=S((16,), F32), B=S((b, t, 1, d), dt), C=S((b, t, 1, d), dt), D=S((16,), F32),
+                    dt=S((b, t, 16), dt),
+                )  # fmt: skip
+            else:  # gla_attention, recurrent_attention: a per-key-channel gate
+                yield dict(query=x, key=x, value=x, g=S((b, t, 16, d), F32))
+
+    return shapes
+
+
+def _delta(op):
+    def shapes(dt):
+        for d in (64, 128, 256):
+            x = S((4, 4096, 16, d), dt)
+            if op == "gated_delta_rule":
+                yield dict(query=x, key=x, value=x, g=S((4, 4096, 16), F32), beta=S((4, 4096, 16), dt))
+            else:
+                yield dict(query=x, key=x, value=x, beta=S((4, 4096, 16), dt), decay=S((4, 4096, 16, d), F32))
+
+    return shapes
+
+
+def _grouped_matmul(dt):
+    for m, k, n, g, _ in GMM_SHAPES:
+        for out in (F32, dt):
+            yield dict(lhs=S((m, k), dt), rhs=S((g, k, n), dt), group_sizes=S((g,), I32), preferred_element_type=out)
+
+
+def _state_space_v1(dt):
+    for b, s, d, n in ((1, 4096, 4096, 16), (8, 2048, 1536, 16), (1, 4096, 2048, 64)):
+        yield dict(
+            hidden_states=S((b, s, d), dt), A=S((d, n), F32), B=S((b, s, n), dt), C=S((b, s, n), dt),
+            D=S((d,), F32), dt=S((b, s, d), dt),
+        )  # fmt: skip
+
+
+def _mean_pooling(dt):
+    yield dict(x=S((262144, 4096), dt), cu_seqlens=S((65,), I32))
+    yield dict(x=S((4096, 1024), dt), cu_seqlens=S((9,), I32))
+
+
+def _page_attention(dt):
+    for d in (64, 128, 256):
+        for context in (2048, 32768):
+            blocks = context // 16
+            yield dict(
+                query=S((32, 32, d), dt), key_cache=S((32 * blocks, 16, 8, d), dt),
+                value_cache=S((32 * blocks, 16, 8, d), dt), context_lens=S((32,), I32),
+                block_tables=S((32, blocks), I32),
+            )  # fmt: skip
+
+
+# Realistic shapes of every op a GPU implementation serves (abstract: nothing is allocated).
+SHAPES = {
+    "flash_attention": _attention,
+    "ring_attention": _attention,  # a ring of one here: its blocks run the flash kernels
+    "gla_attention": _linear("gla_attention"),
+    "lightning_attention": _linear("lightning_attention"),
+    "recurrent_attention": _linear("recurrent_attention"),
+    "state_space_v2": _linear("state_space_v2"),
+    "gated_delta_rule": _delta("gated_delta_rule"),
+    "kernel_delta_attention": _delta("kernel_delta_attention"),
+    "grouped_matmul": _grouped_matmul,
+    "state_space_v1": _state_space_v1,
+    "mean_pooling": _mean_pooling,
+    "page_attention": _page_attention,
+}
+GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)
+
+
+def _gpu_impls():
+    return [
+        (op, impl)
+        for op in sorted({i.op_name for i in kernel_registry.implementations() if i.platform in GPU_PLATFORMS})
+        for impl in kernel_registry.implementations(op)
+        if impl.platform in GPU_PLATFORMS
+    ]
+
+
+def test_every_gpu_implementation_declares_its_needs():
+    impls = _gpu_impls()
+    assert impls
+    for op, impl in impls:
+        assert type(impl).resources is not KernelImpl.resources, f"{impl!r} declares no resources"
+        assert op in SHAPES, f"no realistic shapes for {op} here"
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_every_heuristic_config_fits_every_device_profile(op):
+    """Each GPU implementation's heuristic config, for every dtype it declares and every shape
+    here, resolves on each profile (sm_80, sm_86, sm_89, sm_90, sm_120) without exceeding it
+    (``resolve_config`` checks the declared needs and raises ``ValueError`` naming the limit)."""
+    impls = [impl for o, impl in _gpu_impls() if o == op]
+    checked = []
+
+    def walk(impl, dtype, kw, device):
+        names = [n for n, v in kw.items() if isinstance(v, S)]
+
+        def inside(*arrays):  # traced: the abstract shapes become arrays for bind
+            args = bind(op, **{**kw, **dict(zip(names, arrays, strict=True))})
+            runs = impl.available(device) is None and declared_decline(impl, args) is None
+            if runs and impl.decline(args, device) is None:  # a decline names what does not fit
+                cfg = resolve_config(get_op(op), impl, args, device)
+                checked.append((impl.name, dtype, device.compute_capability, cfg))
+            return 0
+
+        jax.eval_shape(inside, *[kw[n] for n in names])
+
+    for impl in impls:
+        for dtype in impl.dtypes or ("bfloat16",):
+            for kw in SHAPES[op](jnp.dtype(dtype)):
+                for device in PROFILE_DEVICES:
+                    try:
+                        walk(impl, dtype, kw, device)
+                    except ValueError as e:
+                        pytest.fail(f"{impl.name} {op} {dtype} on {device.kind}: {e}")
+    if impls and any(i.available(PROFILE_DEVICES[3]) is None for i in impls):
+        assert checked
 
 
 def test_grouped_matmul_float32_output_runs_one_program_per_tile_where_the_persistent_epilogue_does_not_fit():
@@ -189,3 +336,46 @@ def test_state_space_v1_and_mean_pooling_declared_shared_memory_bounds_the_compi
         _check_declared_bounds_compiled(
             "mean_pooling", pool, dict(x=jnp.zeros((2048, 1024), dtype), cu_seqlens=cu), cfg
         )
+
+
+@compiled
+def test_linear_and_delta_declared_shared_memory_bounds_the_compiled_kernels():
+    """The calibrated scales (``_linear.resources``, ``_delta.resources``) at configs of the
+    heuristics' fallbacks and of the autotuning spaces, 16- and 32-bit, head dims 64 to 256."""
+    from ejkernel.ops.op import op_class
+
+    def linear(op, d, dtype, chunk, bv, w):
+        x = jnp.zeros((1, 256, 2, d), dtype)
+        kw = dict(query=x, key=x, value=x)
+        if op == "lightning_attention":
+            kw.update(layer_idx=5, num_layers=24)
+        else:
+            kw.update(g=jnp.zeros((1, 256, 2, d), jnp.float32))
+        return kw, op_class(op).config_cls(chunk_size=chunk, block_v=bv, num_warps=w, num_stages=2)
+
+    def delta(op, d, dtype, bv, w):
+        x = jnp.zeros((1, 256, 2, d), dtype)
+        if op == "gated_delta_rule":
+            kw = dict(
+                query=x, key=x, value=x, g=jnp.zeros((1, 256, 2), jnp.float32), beta=jnp.zeros((1, 256, 2), dtype)
+            )
+        else:
+            kw = dict(
+                query=x,
+                key=x,
+                value=x,
+                beta=jnp.zeros((1, 256, 2), dtype),
+                decay=jnp.zeros((1, 256, 2, d), jnp.float32),
+            )
+        return kw, op_class(op).config_cls(chunk_size=64, chunked=True, block_v=bv, num_warps=w, num_stages=2)
+
+    cases = [
+        ("lightning_attention", *linear("lightning_attention", 256, jnp.bfloat16, 16, 64, 4)),
+        ("lightning_attention", *linear("lightning_attention", 64, jnp.float32, 128, 128, 8)),
+        ("gla_attention", *linear("gla_attention", 128, jnp.bfloat16, 32, 32, 8)),
+        ("gated_delta_rule", *delta("gated_delta_rule", 256, jnp.bfloat16, 16, 4)),
+        ("kernel_delta_attention", *delta("kernel_delta_attention", 64, jnp.float32, 32, 8)),
+        ("gated_delta_rule", *delta("gated_delta_rule", 128, jnp.float32, 32, 4)),
+    ]
+    for op, kw, cfg in cases:
+        _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, capabilities=(90, 86))

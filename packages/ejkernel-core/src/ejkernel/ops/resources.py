@@ -22,7 +22,7 @@ from typing import Any
 
 from .device import DeviceInfo
 
-__all__ = ["PROFILES", "DeviceProfile", "Need", "check_fits", "profile_for", "unfit"]
+__all__ = ["PROFILES", "DeviceProfile", "Need", "check_fits", "profile_for", "unfit", "warpgroup_mma"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +133,13 @@ def profile_for(device: DeviceInfo) -> DeviceProfile | None:
     if device.sm_count:
         profile = dataclasses.replace(profile, sm_count=device.sm_count)
     return profile
+
+
+def warpgroup_mma(cc: tuple[int, int] | None) -> bool:
+    """Whether Triton's products on compute capability ``cc`` are warpgroup MMAs (sm_90's wgmma,
+    sm_100's tcgen05), whose operand and accumulator layouts take more shared memory than the
+    warp-level MMA of sm_80/86/89 and the consumer sm_120 parts."""
+    return cc is not None and (9, 0) <= cc < (12, 0)
 
 
 @dataclasses.dataclass(frozen=True)

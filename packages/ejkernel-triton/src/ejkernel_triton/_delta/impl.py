@@ -8,11 +8,12 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, KernelImpl
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, profile_for
 from ejkernel.ops.families import delta_rule_math as M
 from ejkernel.ops.families.delta_rule import DeltaRuleArgs, DeltaRuleConfig, recurrent_delta_rule
 
 from .._launch import availability
+from . import resources as R
 
 # 64-token chunks (fla's choice: 64×64 intra-chunk matmuls, T/64 sequential state steps); 32
 # value columns per program: a 128×32 float32 state block stays in registers at 4 warps and
@@ -44,13 +45,54 @@ class TritonDeltaRule(KernelImpl):
         return availability()
 
     def heuristic_cfg(self, args: DeltaRuleArgs, device: DeviceInfo) -> DeltaRuleConfig:
-        return self.config_cls(
+        cfg = self.config_cls(
             chunk_size=CHUNK,
             chunked=args.seq != 1 or args.is_varlen,
             block_v=min(BLOCK_V, max(16, 1 << (max(args.value_head_dim, 1) - 1).bit_length())),
             num_warps=NUM_WARPS,
             num_stages=NUM_STAGES,
         )
+        return self.fit(cfg, args, device)
+
+    def decline(self, args: DeltaRuleArgs, device: DeviceInfo) -> str | None:
+        """When no config fits the device (float32 inputs at head dim 128+ on a 99 KiB part: the
+        reverse state walk alone needs more), the call goes to another implementation."""
+        from ejkernel.ops.resources import unfit
+
+        profile = profile_for(device)
+        if profile is None:
+            return None
+        why = unfit(self.resources(self.heuristic_cfg(args, device), args, device), profile)
+        return None if why is None else f"no config fits the device: {why}"
+
+    def fit(self, cfg: DeltaRuleConfig, args: DeltaRuleArgs, device: DeviceInfo) -> DeltaRuleConfig:
+        """``cfg``, or the nearest config whose kernels fit the device's shared memory: narrower
+        value blocks (down to 16), then fewer warps (down to 2): head dim 256 on sm_90 (the state
+        walks' wgmma tiles) and on 99 KiB parts."""
+        from ejkernel.ops.resources import unfit
+
+        profile = profile_for(device)
+        if profile is None or not cfg.chunked:
+            return cfg
+        while unfit(self.resources(cfg, args, device), profile) is not None:
+            if cfg.block_v and cfg.block_v > 16:
+                cfg = self.config_cls(**{**cfg.tuning_fields(), "block_v": cfg.block_v // 2})
+            elif cfg.num_warps and cfg.num_warps > 2:
+                cfg = self.config_cls(**{**cfg.tuning_fields(), "num_warps": cfg.num_warps // 2})
+            else:
+                break  # reported by the resolution's check, naming the kernel and the limit
+        return cfg
+
+    def resources(self, cfg: DeltaRuleConfig, args: DeltaRuleArgs, device: DeviceInfo) -> list[Need]:
+        if cfg.chunked is False:
+            return []  # the step path runs in JAX
+        from ._call import intra_chunk_supported
+
+        chunk = cfg.chunk_size or CHUNK
+        return R.needs(
+            chunk, cfg.block_v or BLOCK_V, cfg.num_warps or NUM_WARPS, args.head_dim, args.value_head_dim,
+            jnp.dtype(args.value.dtype).itemsize, intra_chunk_supported(chunk), device.compute_capability,
+        )  # fmt: skip
 
     def candidate_cfgs(self, args: DeltaRuleArgs, device: DeviceInfo) -> list[DeltaRuleConfig]:
         base = self.heuristic_cfg(args, device)

@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 import jax
 
-from ejkernel.ops import DeviceInfo, get_op
+from ejkernel.ops import DeviceInfo, Need, get_op, profile_for
+from ejkernel.ops.resources import unfit
 
 from .._launch import availability
+from . import resources as R
 
 # 32-token chunks: the intra-chunk scores are one product per chunk when its gates stay within
 # 30 nats of its middle row (``_kernel.SPAN``), so larger chunks halve the chunk states (the state
@@ -80,7 +82,42 @@ class TritonLinearAttention:
             chunk = CHUNK
         else:
             chunk = LONG_SCALAR_CHUNK if self.few_long_walks(args) else SCALAR_CHUNK
-        return self._cfg_cls()(chunk_size=chunk, block_v=BLOCK_V, num_warps=WARPS, num_stages=STAGES)
+        cfg = self._cfg_cls()(chunk_size=chunk, block_v=BLOCK_V, num_warps=WARPS, num_stages=STAGES)
+        return self.fit(cfg, args, device)
+
+    def decline(self, args: Any, device: DeviceInfo) -> str | None:
+        """When no config fits the device, the call goes to another implementation."""
+        profile = profile_for(device)
+        if profile is None:
+            return None
+        why = unfit(self.resources(self.heuristic_cfg(args, device), args, device), profile)
+        return None if why is None else f"no config fits the device: {why}"
+
+    def fit(self, cfg: Any, args: Any, device: DeviceInfo) -> Any:
+        """``cfg``, or the nearest config whose kernels fit the device's shared memory: shorter
+        chunks (down to 16 tokens), then narrower value blocks (e.g. 128-token chunks on a 99 KiB
+        sm_86/89 part, head dim 256 on any)."""
+        profile = profile_for(device)
+        if profile is None:
+            return cfg
+        cls = self._cfg_cls()
+        while unfit(self.resources(cfg, args, device), profile) is not None:
+            if cfg.chunk_size > CHUNKS[0]:
+                cfg = cls(**{**cfg.tuning_fields(), "chunk_size": cfg.chunk_size // 2})
+            elif cfg.block_v > 16:
+                cfg = cls(**{**cfg.tuning_fields(), "block_v": cfg.block_v // 2})
+            else:
+                break  # reported by the resolution's check, naming the kernel and the limit
+        return cfg
+
+    def resources(self, cfg: Any, args: Any, device: DeviceInfo) -> list[Need]:
+        rows, k, v, itemsize = R.shapes(args, get_op(self.op_name))  # type: ignore[attr-defined]
+        from ._call import state_block
+
+        return R.needs(
+            cfg.chunk_size, cfg.block_v, cfg.num_warps, k, v, state_block(rows, k, v), itemsize,
+            device.compute_capability,
+        )  # fmt: skip
 
     def candidate_cfgs(self, args: Any, device: DeviceInfo) -> list[Any]:
         cls = self._cfg_cls()

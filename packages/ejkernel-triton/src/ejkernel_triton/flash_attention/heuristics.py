@@ -52,6 +52,8 @@ def bwd_smem(p: BwdParams, d: int, dv: int, itemsize: int) -> int:
     return (streamed + resident) * itemsize + 1024
 
 
+# Shared memory per block the TMA forward's tiles need (``heuristic_fwd_tma``: 197632 B at d 128).
+TMA_SMEM = 200 * 1024
 # The TMA forward's mbarriers (a few per stage; measured 56 to 1024 B beyond the tiles, sm_90).
 TMA_BARRIERS = 1024
 
@@ -87,7 +89,8 @@ def needs(args: AttentionArgs, fwd: FwdParams, bwd: BwdParams, cc: tuple[int, in
 
 def _fit_fwd(p: FwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> FwdParams:
     """Shrink ``p`` until it fits in shared memory: fewer stages (down to 2), then a smaller
-    query tile, then a single stage."""
+    query tile, then a single stage, then fewer keys per step (16 at least: what still does not
+    fit is reported by the resolution's check)."""
     while fwd_smem(p, d, dv, itemsize) > smem_limit(cc):
         if p.num_stages > 2:
             p = FwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, p.num_stages - 1)
@@ -95,12 +98,17 @@ def _fit_fwd(p: FwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] |
             p = FwdParams(p.q_blocksize // 2, p.kv_blocksize, 4, p.num_stages)
         elif p.num_stages > 1:
             p = FwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, 1)
+        elif p.kv_blocksize > 16:
+            p = FwdParams(p.q_blocksize, p.kv_blocksize // 2, p.num_warps, 1)
         else:
-            p = FwdParams(p.q_blocksize, max(16, p.kv_blocksize // 2), p.num_warps, 1)
+            break
     return p
 
 
 def _fit_bwd(p: BwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] | None) -> BwdParams:
+    """As :func:`_fit_fwd` for the backward: fewer stages (down to 2), fewer resident keys (down
+    to 32), a single stage, then 16-row query steps and 16 keys (float32 at head dim 256 on a
+    99 KiB part needs both)."""
     while bwd_smem(p, d, dv, itemsize) > smem_limit(cc):
         if p.num_stages > 2:
             p = BwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, p.num_stages - 1)
@@ -108,8 +116,12 @@ def _fit_bwd(p: BwdParams, d: int, dv: int, itemsize: int, cc: tuple[int, int] |
             p = BwdParams(p.q_blocksize, p.kv_blocksize // 2, 4, p.num_stages)
         elif p.num_stages > 1:
             p = BwdParams(p.q_blocksize, p.kv_blocksize, p.num_warps, 1)
+        elif p.q_blocksize > 16:
+            p = BwdParams(p.q_blocksize // 2, p.kv_blocksize, p.num_warps, 1)
+        elif p.kv_blocksize > 16:
+            p = BwdParams(p.q_blocksize, p.kv_blocksize // 2, p.num_warps, 1)
         else:
-            p = BwdParams(max(16, p.q_blocksize // 2), p.kv_blocksize, p.num_warps, 1)
+            break
     return p
 
 
@@ -135,12 +147,14 @@ def heuristic_fwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None, se
 
 
 def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
-    """Whether the forward runs on the Hopper TMA kernels (``_fwd.flash_fwd_tma*_kernel``): sm_90+,
-    16-bit inputs, head dim 64 or 128 for queries and values, and none of the options only the
+    """Whether the forward runs on the Hopper TMA kernels (``_fwd.flash_fwd_tma*_kernel``): sm_90+
+    with Hopper's shared memory (their tiles need up to 193 KiB: not sm_120's 99 KiB), 16-bit
+    inputs, head dim 64 or 128 for queries and values, and none of the options only the
     pointer-based kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen)."""
     return (
         cc is not None
         and cc >= (9, 0)
+        and smem_limit(cc) >= TMA_SMEM
         and jnp.dtype(args.dtype).name in ("bfloat16", "float16")
         and args.head_dim == args.value_head_dim
         and args.head_dim in (64, 128)

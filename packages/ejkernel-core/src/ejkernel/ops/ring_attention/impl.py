@@ -13,8 +13,9 @@ from ..args import describe_array
 from ..device import DeviceInfo, device_for_arrays
 from ..families.attention import AttentionArgs
 from ..flash_attention.op import FlashAttentionConfig
-from ..impl import KernelImpl, check_config
+from ..impl import KernelImpl
 from ..registry import KernelRegistry, kernel_registry
+from ..resources import Need
 from ._ring import RingPlan, ring
 from .op import RingAttentionArgs, RingAttentionConfig, bound_axis_size
 
@@ -178,7 +179,12 @@ class RingAttentionImpl(KernelImpl):
     def validate_cfg(self, cfg: RingAttentionConfig, args: RingAttentionArgs, device: DeviceInfo) -> None:
         impl = self._inner_or_raise(args, device)
         for probe in block_probes(args):
-            check_config(impl, self._flash_cfg(cfg, impl), probe, device)
+            impl.validate_cfg(self._flash_cfg(cfg, impl), probe, device)
+
+    def resources(self, cfg: RingAttentionConfig, args: RingAttentionArgs, device: DeviceInfo) -> list[Need]:
+        """The blocks' implementation's needs for each kind of block the ring runs."""
+        impl = self._inner_or_raise(args, device)
+        return [n for probe in block_probes(args) for n in impl.resources(self._flash_cfg(cfg, impl), probe, device)]
 
     def run(self, args: RingAttentionArgs, cfg: RingAttentionConfig) -> jax.Array:
         op = "ring_attention"
