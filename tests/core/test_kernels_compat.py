@@ -102,6 +102,7 @@ def test_the_backend_package_holds_the_function_not_the_module():
     from ejkernel.kernels._xla.page_attention import page_attention as same
 
     assert inspect.isfunction(page_attention) and page_attention is same
-    q, kc, vc, lens, tables = _paged(layout_heads_first=False)
+    q, kc, vc, lens, tables = _paged(layout_heads_first=True)  # the earlier path's default layout
     got = page_attention(q, kc, vc, lens, tables)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(ejkernel.page_attention(q, kc, vc, lens, tables)))
+    want = ejkernel.page_attention(q, kc, vc, lens, tables, cache_layout="blocks_heads_tokens")
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -143,6 +143,9 @@ class DenseAttentionBench(OpBench):
     metric = "tflops"
     backward_factor = 2.5
 
+    def __init__(self, boundaries: str = "cum_seqlens_q") -> None:
+        self.boundaries = boundaries  # the op's keyword for packed sequence boundaries (--varlen)
+
     @staticmethod
     def peer(platform: str) -> str:
         return "jax.nn[cudnn]" if platform == "gpu" else "jax.nn[xla]"
@@ -214,7 +217,7 @@ class DenseAttentionBench(OpBench):
                     label=shape.label(),
                     fields=fields,
                     arrays=(q, k, v),
-                    options=opts,
+                    options={self.boundaries if n == "cum_seqlens_q" else n: x for n, x in opts.items()},
                     cost=attention_flops(shape, lengths),
                     peers=case_peers,
                     check=check_fn,
