@@ -5,10 +5,10 @@ products of the same size (``dlhs`` and the transposed ``drhs``), so forward+bac
 Group sizes are a multinomial draw over equally likely experts (``--dist multinomial``) or over
 Zipf-skewed ones (``--dist zipf``: expert ``i`` has weight ``1/(i+1)``, shuffled). Peers on the
 same inputs: ``jax.lax.ragged_dot`` and a dense matmul of the same FLOPs (``lhs @ rhs[0]``, the
-bar: ratios are taken against it). Outputs are in the inputs' dtype
-(``preferred_element_type=dtype``) unless ``--out-dtype`` names others (``float32``, or a comma
-list such as ``float32,input``: each shape runs with each, and the summary gives each
-implementation's rate with the first against its rate with the second). The check compares the
+bar: ratios are taken against it; its output is in the inputs' dtype). Outputs are float32, the
+op's default ``preferred_element_type``, unless ``--out-dtype`` names others (``input``: the
+inputs' dtype; or a comma list such as ``float32,input``: each shape runs with each, and the
+summary gives each implementation's rate with the first against its rate with the second). The check compares the
 first rows (up to 512) with the float32 reference.
 """
 
@@ -42,10 +42,10 @@ class GroupedShape:
     g: int
     dist: str = "multinomial"
     transpose_rhs: bool = False
-    out_dtype: str = "input"
+    out_dtype: str = "float32"  # the op's default preferred_element_type
 
     def label(self) -> str:
-        out = "" if self.out_dtype == "input" else f" out={self.out_dtype}"
+        out = "" if self.out_dtype == "float32" else f" out={self.out_dtype}"
         return f"m{self.m} k{self.k} n{self.n} g{self.g} {self.dist}" + (" rhsT" if self.transpose_rhs else "") + out
 
 
@@ -82,14 +82,15 @@ class GroupedMatmulBench(OpBench):
         p.add_argument("--no-ragged-dot", action="store_true", help="leave out the lax.ragged_dot peer")
         p.add_argument(
             "--out-dtype",
-            default="input",
-            help="preferred_element_type: input (the inputs' dtype), float32, bfloat16, float16, or a comma list "
+            default="float32",
+            help="preferred_element_type: float32 (the op's default), input (the inputs' dtype), bfloat16, float16, "
+            "or a comma list "
             "(the summary compares the first with the second)",
         )
 
     @staticmethod
     def out_dtypes(ns: argparse.Namespace) -> list[str]:
-        names = [d.strip() for d in getattr(ns, "out_dtype", "input").split(",") if d.strip()]
+        names = [d.strip() for d in getattr(ns, "out_dtype", "float32").split(",") if d.strip()]
         bad = [d for d in names if d not in OUT_DTYPES]
         if bad or not names or len(set(names)) != len(names):
             raise ValueError(f"bad --out-dtype {ns.out_dtype!r}: distinct names among {', '.join(OUT_DTYPES)}")
