@@ -15,6 +15,7 @@ from ejkernel.ops.grouped_matmul import GroupedMatmulConfig
 # in 2-CTA clusters along n (gmm_sm90.cuh says what else was measured).
 CONFIGS: dict[tuple[int, int, int], int] = {(128, 256, 64): 0}
 ALIGN = 8  # k and n in elements: TMA needs 16-byte rows
+THREADS = 384  # a TMA producer warpgroup and two wgmma consumer warpgroups
 
 
 def config_index(cfg: GroupedMatmulConfig) -> int:

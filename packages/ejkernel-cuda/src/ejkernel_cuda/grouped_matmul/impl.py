@@ -9,6 +9,7 @@ import jax
 from ejkernel.ops import DeviceInfo, KernelImpl
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 from ejkernel.ops.impl import SizeRule
+from ejkernel.ops.resources import PROFILES, Need
 
 from .. import _ffi
 from . import heuristics as H
@@ -56,6 +57,14 @@ class CudaGroupedMatmul(KernelImpl):
 
     def validate_cfg(self, cfg: GroupedMatmulConfig, args: GroupedMatmulArgs, device: DeviceInfo) -> None:
         H.config_index(cfg)
+
+    def resources(self, cfg: GroupedMatmulConfig, args: GroupedMatmulArgs, device: DeviceInfo) -> list[Need]:
+        """Three warpgroups per CTA; CUTLASS sizes the operand pipeline to what sm_90 holds
+        (``StageCountAutoCarveout``, checked at compile time), so each kernel takes at most the
+        architecture's per-block shared memory."""
+        H.config_index(cfg)
+        smem = PROFILES[(9, 0)].shared_memory_per_block
+        return [Need("CUTLASS grouped GEMM (forward, dlhs, drhs)", smem, H.THREADS)]
 
     def run(self, args: GroupedMatmulArgs, cfg: GroupedMatmulConfig) -> jax.Array:
         from ._call import grouped_matmul
