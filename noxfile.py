@@ -1,4 +1,5 @@
-"""Development sessions: ``nox -l`` lists them; ``bash scripts/test.sh`` runs what CI runs.
+"""Development sessions: ``nox -l`` lists them. ``bash scripts/test.sh`` runs the quick suite
+(``lint`` and ``quick``); ``bash scripts/test.sh --full`` the full sessions; ``.ci/run`` both.
 
 Python versions are found on PATH as ``python3.12`` / ``python3.11`` (``scripts/test.sh`` makes
 pyenv expose both when pyenv is present). Pytest's exit code 5 (nothing collected, e.g. GPU tests
@@ -13,7 +14,9 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests", "compat", "triton_interpret", "packaging", "docs"]
+QUICK_SESSIONS = ["lint", "quick"]
+FULL_SESSIONS = ["tests", "compat", "triton_interpret", "packaging", "docs"]
+nox.options.sessions = QUICK_SESSIONS
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
@@ -34,6 +37,12 @@ CUDA_PACKAGE = "packages/ejkernel-cuda"
 # Every build requirement of ejkernel-cuda pinned with its hashes (``nox -s lock_cuda_build``):
 # pip >= 25.3 checks the isolated build environment against it (--build-constraint).
 CUDA_BUILD_REQUIREMENTS = f"{CUDA_PACKAGE}/build-requirements.txt"
+
+
+# The quick suite: every test but the slow ones, of the conformance matrix the first QUICK_SAMPLE
+# cases of each test x implementation x config (cases are ordered basic-first), no CUDA build.
+QUICK_SAMPLE = "2"
+QUICK_ARGS = ["-m", "not slow and not full and not packaging", "tests", "packages/ejkernel-pallas/tests"]
 
 
 def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -> None:
@@ -75,9 +84,25 @@ def _workers() -> str:
     return os.environ.get("EJKERNEL_TEST_WORKERS", "auto")
 
 
+def _quick(session: nox.Session, jax_pins: list[str]) -> None:
+    _install(session, jax_pins)
+    sample = os.environ.get("EJKERNEL_TEST_SAMPLE", QUICK_SAMPLE)
+    args = session.posargs or QUICK_ARGS
+    session.run("pytest", "-n", _workers(), f"--sample={int(sample)}", "--durations=10", *args, success_codes=PYTEST_OK)
+
+
+@nox.session(python="3.12")
+def quick(session: nox.Session) -> None:
+    """The quick suite on Python 3.12 with jax 0.11.2: the framework, the CLI, the README's code and
+    a sample of every op's conformance on the implementations this machine runs (the README's test
+    command; ``EJKERNEL_TEST_SAMPLE=0`` runs every case)."""
+    _quick(session, JAX_CURRENT)
+
+
 @nox.session(python="3.12")
 def tests(session: nox.Session) -> None:
-    """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices)."""
+    """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices), the CUDA extension
+    built first (its own tests need it; on a CPU machine they check the build and the declarations)."""
     _install(session, JAX_CURRENT, cuda=True)
     paths = session.posargs or ["tests", *PACKAGE_TESTS]
     session.run("pytest", "-n", _workers(), "--durations=15", *paths, success_codes=PYTEST_OK)
@@ -85,35 +110,17 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.12")
 def full(session: nox.Session) -> None:
-    """The full conformance matrix (every dtype twin of every case) on every implementation here."""
+    """The full matrices: every dtype twin of every conformance case, and every compiled-config
+    check (``-m full``), on every implementation here."""
     _install(session, JAX_CURRENT)
-    session.run("pytest", "-n", _workers(), "-m", "full", "tests/conformance", success_codes=PYTEST_OK)
+    session.run("pytest", "-n", _workers(), "-m", "full", "tests", success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.11")
 def compat(session: nox.Session) -> None:
-    """The suite on the oldest supported stack: Python 3.11 with jax 0.10.2.
-
-    Every test but the shared conformance matrix runs whole; of the matrix
-    (``tests/conformance/test_conformance.py``), the first ``EJKERNEL_COMPAT_SAMPLE`` (default 3)
-    cases of each implementation x config (the docs build's ``--docs-sample``): every op, backend
-    and config is exercised on the old stack, and CI stays within its time on 2 cores. The whole
-    matrix runs in ``tests`` (Python 3.12, jax 0.11.2); ``EJKERNEL_COMPAT_SAMPLE=0`` runs it here too.
-    """
-    _install(session, JAX_OLDEST)
-    if session.posargs:
-        session.run("pytest", "-n", _workers(), *session.posargs, success_codes=PYTEST_OK)
-        return
-    matrix = "tests/conformance/test_conformance.py"
-    session.run(
-        "pytest", "-n", _workers(), "tests", "packages/ejkernel-pallas/tests", f"--ignore={matrix}",
-        success_codes=PYTEST_OK,
-    )  # fmt: skip
-    sample = os.environ.get("EJKERNEL_COMPAT_SAMPLE", "3")
-    session.run(
-        "pytest", "-n", _workers(), "-p", "conformance_plugin", f"--docs-sample={int(sample)}", matrix,
-        env={"PYTHONPATH": "docs"}, success_codes=PYTEST_OK,
-    )  # fmt: skip
+    """The quick suite on the oldest supported stack: Python 3.11 with jax 0.10.2 (every op,
+    backend and config on a sample of cases; the whole suite runs in ``tests``)."""
+    _quick(session, JAX_OLDEST)
 
 
 @nox.session(python="3.12")
@@ -261,7 +268,7 @@ def docs(session: nox.Session) -> None:
             "no:cacheprovider",
             "-p",
             "conformance_plugin",
-            f"--docs-sample={0 if sample == 'all' else int(sample)}",
+            f"--sample={0 if sample == 'all' else int(sample)}",
             "-n",
             _workers(),
             f"--junitxml={results}",

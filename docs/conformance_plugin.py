@@ -9,53 +9,18 @@
 - per run, where it ran (``ejkernel.platform``, ``ejkernel.device``, versions, the commit) and
   what was selected (``ejkernel.selection``).
 
-``--docs-sample=N`` keeps the first N cases of each implementation × config (0: every case), so
-the docs build stays quick; the support table counts the cases it did not run as "not run".
+The suite's ``--sample=N`` (``tests/conftest.py``) keeps the first N cases of each implementation ×
+config, so the docs build stays quick; the support table counts the cases it did not run as "not run".
 """
 
 from __future__ import annotations
 
-import collections
 import datetime
 import platform
 import subprocess
 from typing import Any
 
 import pytest
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--docs-sample",
-        type=int,
-        default=0,
-        metavar="N",
-        help="keep the first N conformance cases of each implementation x config (0: all)",
-    )
-
-
-def _param(item: pytest.Item) -> Any:
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("param") if callspec is not None else None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    n = config.getoption("docs_sample")
-    if not n:
-        return
-    seen: collections.Counter[tuple[str, ...]] = collections.Counter()
-    keep, drop = [], []
-    for item in items:
-        param = _param(item)
-        if param is None or not hasattr(param, "impl"):
-            keep.append(item)
-            continue
-        key = (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
-        seen[key] += 1
-        (keep if seen[key] <= n else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,7 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     commit = _git("rev-parse", "--short", "HEAD")
     if commit and _git("status", "--porcelain", "--untracked-files=no"):
         commit += " + uncommitted changes"
-    n = session.config.getoption("docs_sample")
+    n = session.config.getoption("sample")
     devices = jax.devices()
     for name, value in {
         "ejkernel.platform": jax.default_backend(),

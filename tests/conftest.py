@@ -14,10 +14,50 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("EJKERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="ejkernel-test-cache-"))
 
+import collections
+
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the first N conformance cases of each test x implementation x config (0: every case)",
+    )
+
+
+def _sample(config, items):
+    """``--sample=N``: of the items parametrized with a conformance ``Param`` (or an ``impl`` and a
+    ``case``), the first N of each test function x op x implementation x config; the others are
+    deselected. Cases are ordered basic-first in each op's ``cases.py``, so a sample still covers
+    every op, implementation and config."""
+    n = config.getoption("sample")
+    if not n:
+        return
+    seen = collections.Counter()
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        param, impl = params.get("param"), params.get("impl")
+        if param is not None and hasattr(param, "impl"):
+            key = (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
+        elif impl is not None and "case" in params:
+            key = (item.originalname, impl.op_name, impl.name)
+        else:
+            keep.append(item)
+            continue
+        seen[key] += 1
+        (keep if seen[key] <= n else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
+    _sample(config, items)
     try:
         import jax
     except ImportError:  # the packaging session runs without JAX in its own environment

@@ -217,9 +217,14 @@ def test_grouped_matmul_persistent_float32_config_is_refused_naming_the_limit():
 
 # -- the declarations against Triton's compiled allocation ------------------------------------------
 
-compiled = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for sm_90/sm_80: Triton without its interpreter"
-)
+
+def compiled(test):
+    """A test that compiles Triton kernels for sm_90/sm_80 (seconds each on 2 CPU cores): slow, and
+    not under Triton's interpreter."""
+    no_interpreter = pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for sm_90/sm_80: Triton without its interpreter"
+    )
+    return pytest.mark.slow(no_interpreter(test))
 
 
 def _check_declared_bounds_compiled(op, impl, kw, cfg, capabilities=(90, 80), grads=True):
@@ -242,33 +247,52 @@ def _check_declared_bounds_compiled(op, impl, kw, cfg, capabilities=(90, 80), gr
     return out
 
 
+def _gmm_cfg(bm, bn, bk, w, s, persistent=False, split=1, tgmm=None):
+    return GroupedMatmulConfig(
+        block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent,
+        tgmm_num_stages=tgmm,
+    )  # fmt: skip
+
+
+_GMM_SMALL = (2048, 512, 1024, 4, "multinomial")
+
+
+def _sampled(cases, name):
+    """The first case of each kernel family in the default run; every case under ``-m full``
+    (compiling one Triton kernel on 2 CPU cores takes seconds; the gradients compile several)."""
+    return [pytest.param(*c, marks=() if i == 0 else pytest.mark.full, id=f"{name}{i}") for i, c in enumerate(cases)]
+
+
 @compiled
-def test_grouped_matmul_declared_shared_memory_bounds_the_compiled_kernels():
+def test_grouped_matmul_persistent_float32_epilogue_compiles_to_its_declared_need():
+    """The configuration that failed at launch: the persistent epilogue (float32) beside three
+    operand stages, 278528 B as declared and as Triton allocates."""
     impl = kernel_registry.get("grouped_matmul", platform="triton")
-    small = dict(m=2048, k=512, n=1024, g=4, dist="multinomial")
-
-    def cfg(bm, bn, bk, w, s, persistent=False, split=1, tgmm=None):
-        return GroupedMatmulConfig(
-            block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=split, persistent=persistent,
-            tgmm_num_stages=tgmm,
-        )  # fmt: skip
-
-    # The configuration of the issue: the persistent epilogue beside three operand stages.
     seen = _check_declared_bounds_compiled(
-        "grouped_matmul", impl, _gmm_args(*small.values()), cfg(128, 256, 64, 8, 3, persistent=True), grads=False
+        "grouped_matmul", impl, _gmm_args(*_GMM_SMALL), _gmm_cfg(128, 256, 64, 8, 3, persistent=True), grads=False
     )
     assert (90, "ejkernel_gmm", 278528, 278528) in seen
-    cases = [
-        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(128, 256, 64, 8, 3, persistent=True)),
-        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(128, 256, 64, 8, 4, persistent=True)),  # 224 KiB
-        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(64, 256, 64, 4, 3, persistent=True)),
-        (_gmm_args(*small.values()), cfg(128, 256, 64, 8, 4, tgmm=3)),
-        (_gmm_args(*small.values()), cfg(128, 128, 64, 4, 3, persistent=True)),
-        (_gmm_args(*small.values(), dtype=jnp.float32), cfg(64, 128, 32, 4, 3)),
-        (_gmm_args(*small.values(), out=jnp.bfloat16), cfg(64, 64, 64, 4, 1, split=2)),
-    ]
-    for kw, c in cases:
-        _check_declared_bounds_compiled("grouped_matmul", impl, kw, c)
+
+
+@compiled
+@pytest.mark.parametrize(
+    ("kw", "cfg"),
+    _sampled(
+        [
+            (dict(out=jnp.bfloat16), _gmm_cfg(128, 256, 64, 8, 3, persistent=True)),
+            (dict(out=jnp.bfloat16), _gmm_cfg(128, 256, 64, 8, 4, persistent=True)),  # 224 KiB
+            (dict(out=jnp.bfloat16), _gmm_cfg(64, 256, 64, 4, 3, persistent=True)),
+            ({}, _gmm_cfg(128, 256, 64, 8, 4, tgmm=3)),
+            ({}, _gmm_cfg(128, 128, 64, 4, 3, persistent=True)),
+            (dict(dtype=jnp.float32), _gmm_cfg(64, 128, 32, 4, 3)),
+            (dict(out=jnp.bfloat16), _gmm_cfg(64, 64, 64, 4, 1, split=2)),
+        ],
+        "gmm",
+    ),
+)
+def test_grouped_matmul_declared_shared_memory_bounds_the_compiled_kernels(kw, cfg):
+    impl = kernel_registry.get("grouped_matmul", platform="triton")
+    _check_declared_bounds_compiled("grouped_matmul", impl, _gmm_args(*_GMM_SMALL, **kw), cfg)
 
 
 def test_grouped_matmul_needs_of_the_three_kernels():
@@ -283,99 +307,115 @@ def test_grouped_matmul_needs_of_the_three_kernels():
     assert tgmm == int(np.prod((3, 384, 64, 2)))
 
 
-@compiled
-def test_flash_attention_declared_shared_memory_bounds_the_compiled_kernels(monkeypatch):
+def _qkv(d, dtype=jnp.bfloat16, s=256):
+    x = jnp.zeros((1, s, 2, d), dtype)
+    return dict(query=x, key=x, value=x)
+
+
+def _flash_cases():
     from ejkernel.ops import BwdParams, FwdParams
     from ejkernel.ops.flash_attention import FlashAttentionConfig
+
+    return [
+        (dict(_qkv(128), causal=True), None),
+        (_qkv(64), None),  # Hopper: the warp-specialized TMA forward, its output tile staged
+        (_qkv(128), FlashAttentionConfig(fwd_params=FwdParams(128, 128, 8, 3))),
+        (dict(_qkv(64, jnp.float32), causal=True), None),
+        (_qkv(256), FlashAttentionConfig(bwd_params=BwdParams(32, 64, 4, 2))),
+    ]
+
+
+@compiled
+@pytest.mark.parametrize("cap", [90, 80])
+@pytest.mark.parametrize(("kw", "cfg"), _sampled(_flash_cases(), "flash"))
+def test_flash_attention_declared_shared_memory_bounds_the_compiled_kernels(monkeypatch, kw, cfg, cap):
     from ejkernel_triton.flash_attention import _spec
 
     impl = kernel_registry.get("flash_attention", platform="triton")
-    bf = jnp.bfloat16
-
-    def qkv(d, dtype=bf, s=256):
-        x = jnp.zeros((1, s, 2, d), dtype)
-        return dict(query=x, key=x, value=x)
-
-    cases = [
-        (dict(qkv(128), causal=True), None),
-        (qkv(64), None),  # Hopper: the warp-specialized TMA forward, its output tile staged
-        (qkv(128), FlashAttentionConfig(fwd_params=FwdParams(128, 128, 8, 3))),
-        (dict(qkv(64, jnp.float32), causal=True), None),
-        (qkv(256), FlashAttentionConfig(bwd_params=BwdParams(32, 64, 4, 2))),
-    ]
-    for cap in (90, 80):
-        # The TMA kernels are chosen by the arrays' device: pretend it is the compiled-for one.
-        monkeypatch.setattr(_spec, "_capability", lambda a, cap=cap: (cap // 10, cap % 10))
-        for kw, cfg in cases:
-            _check_declared_bounds_compiled("flash_attention", impl, kw, cfg, capabilities=(cap,))
+    # The TMA kernels are chosen by the arrays' device: pretend it is the compiled-for one.
+    monkeypatch.setattr(_spec, "_capability", lambda a: (cap // 10, cap % 10))
+    _check_declared_bounds_compiled("flash_attention", impl, kw, cfg, capabilities=(cap,))
 
 
-@compiled
-def test_state_space_v1_and_mean_pooling_declared_shared_memory_bounds_the_compiled_kernels():
-    from ejkernel.ops.mean_pooling import MeanPoolingConfig
+def _ssm1_cases():
     from ejkernel.ops.state_space_v1 import StateSpaceV1Config
 
-    ssm = kernel_registry.get("state_space_v1", platform="triton")
+    b, s, d = 1, 256, 512
+    out = []
     for n, dtype, cfg in (
         (16, jnp.bfloat16, None),
         (16, jnp.float32, StateSpaceV1Config(block_d=32, block_e=32, num_warps=8, num_stages=2)),
         (64, jnp.bfloat16, StateSpaceV1Config(block_d=16, block_e=32, num_warps=4, num_stages=2)),
     ):
-        b, s, d = 1, 256, 512
         kw = dict(
             hidden_states=jnp.zeros((b, s, d), dtype), A=-jnp.ones((d, n)), B=jnp.zeros((b, s, n), dtype),
             C=jnp.zeros((b, s, n), dtype), D=jnp.ones((d,)), dt=jnp.zeros((b, s, d), dtype),
         )  # fmt: skip
-        _check_declared_bounds_compiled("state_space_v1", ssm, kw, cfg)
-    pool = kernel_registry.get("mean_pooling", platform="triton")
+        out.append(("state_space_v1", kw, cfg))
+    return out
+
+
+def _pooling_cases():
+    from ejkernel.ops.mean_pooling import MeanPoolingConfig
+
     cu = jnp.asarray(np.array([0, 700, 2048], np.int32))
-    for dtype, cfg in (
-        (jnp.bfloat16, None),
-        (jnp.float32, MeanPoolingConfig(block_size=64, block_dim=512, split_size=512, num_warps=8, num_stages=3)),
-    ):
-        _check_declared_bounds_compiled(
-            "mean_pooling", pool, dict(x=jnp.zeros((2048, 1024), dtype), cu_seqlens=cu), cfg
+    return [
+        ("mean_pooling", dict(x=jnp.zeros((2048, 1024), dtype), cu_seqlens=cu), cfg)
+        for dtype, cfg in (
+            (jnp.bfloat16, None),
+            (jnp.float32, MeanPoolingConfig(block_size=64, block_dim=512, split_size=512, num_warps=8, num_stages=3)),
         )
+    ]
 
 
 @compiled
-def test_linear_and_delta_declared_shared_memory_bounds_the_compiled_kernels():
-    """The calibrated scales (``_linear.resources``, ``_delta.resources``) at configs of the
-    heuristics' fallbacks and of the autotuning spaces, 16- and 32-bit, head dims 64 to 256."""
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_ssm1_cases(), "ssm") + _sampled(_pooling_cases(), "pool"))
+def test_state_space_v1_and_mean_pooling_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg)
+
+
+def _linear_case(op, d, dtype, chunk, bv, w):
     from ejkernel.ops.op import op_class
 
-    def linear(op, d, dtype, chunk, bv, w):
-        x = jnp.zeros((1, 256, 2, d), dtype)
-        kw = dict(query=x, key=x, value=x)
-        if op == "lightning_attention":
-            kw.update(layer_idx=5, num_layers=24)
-        else:
-            kw.update(g=jnp.zeros((1, 256, 2, d), jnp.float32))
-        return kw, op_class(op).config_cls(chunk_size=chunk, block_v=bv, num_warps=w, num_stages=2)
+    x = jnp.zeros((1, 256, 2, d), dtype)
+    kw = dict(query=x, key=x, value=x)
+    if op == "lightning_attention":
+        kw.update(layer_idx=5, num_layers=24)
+    else:
+        kw.update(g=jnp.zeros((1, 256, 2, d), jnp.float32))
+    return op, kw, op_class(op).config_cls(chunk_size=chunk, block_v=bv, num_warps=w, num_stages=2)
 
-    def delta(op, d, dtype, bv, w):
-        x = jnp.zeros((1, 256, 2, d), dtype)
-        if op == "gated_delta_rule":
-            kw = dict(
-                query=x, key=x, value=x, g=jnp.zeros((1, 256, 2), jnp.float32), beta=jnp.zeros((1, 256, 2), dtype)
-            )
-        else:
-            kw = dict(
-                query=x,
-                key=x,
-                value=x,
-                beta=jnp.zeros((1, 256, 2), dtype),
-                decay=jnp.zeros((1, 256, 2, d), jnp.float32),
-            )
-        return kw, op_class(op).config_cls(chunk_size=64, chunked=True, block_v=bv, num_warps=w, num_stages=2)
 
-    cases = [
-        ("lightning_attention", *linear("lightning_attention", 256, jnp.bfloat16, 16, 64, 4)),
-        ("lightning_attention", *linear("lightning_attention", 64, jnp.float32, 128, 128, 8)),
-        ("gla_attention", *linear("gla_attention", 128, jnp.bfloat16, 32, 32, 8)),
-        ("gated_delta_rule", *delta("gated_delta_rule", 256, jnp.bfloat16, 16, 4)),
-        ("kernel_delta_attention", *delta("kernel_delta_attention", 64, jnp.float32, 32, 8)),
-        ("gated_delta_rule", *delta("gated_delta_rule", 128, jnp.float32, 32, 4)),
+def _delta_case(op, d, dtype, bv, w):
+    from ejkernel.ops.op import op_class
+
+    x = jnp.zeros((1, 256, 2, d), dtype)
+    if op == "gated_delta_rule":
+        kw = dict(query=x, key=x, value=x, g=jnp.zeros((1, 256, 2), jnp.float32), beta=jnp.zeros((1, 256, 2), dtype))
+    else:
+        kw = dict(
+            query=x, key=x, value=x, beta=jnp.zeros((1, 256, 2), dtype), decay=jnp.zeros((1, 256, 2, d), jnp.float32)
+        )
+    return op, kw, op_class(op).config_cls(chunk_size=64, chunked=True, block_v=bv, num_warps=w, num_stages=2)
+
+
+def _linear_delta_cases():
+    linear = [
+        _linear_case("lightning_attention", 256, jnp.bfloat16, 16, 64, 4),
+        _linear_case("lightning_attention", 64, jnp.float32, 128, 128, 8),
+        _linear_case("gla_attention", 128, jnp.bfloat16, 32, 32, 8),
     ]
-    for op, kw, cfg in cases:
-        _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, capabilities=(90, 86))
+    delta = [
+        _delta_case("gated_delta_rule", 256, jnp.bfloat16, 16, 4),
+        _delta_case("kernel_delta_attention", 64, jnp.float32, 32, 8),
+        _delta_case("gated_delta_rule", 128, jnp.float32, 32, 4),
+    ]
+    return _sampled(linear, "linear") + _sampled(delta, "delta")
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _linear_delta_cases())
+def test_linear_and_delta_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
+    """The calibrated scales (``_linear.resources``, ``_delta.resources``) at configs of the
+    heuristics' fallbacks and of the autotuning spaces, 16- and 32-bit, head dims 64 to 256."""
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, capabilities=(90, 86))
