@@ -212,8 +212,8 @@ def test_bench_loop_runs_every_call_without_copying_the_inputs():
 
 def test_bench_loop_glue_reads_one_element_of_each_output():
     """The timed loop keeps each call whole but reads back one element of each output: a sum of
-    every output read them all once more per call (a grouped matmul's 403 MB weight gradient,
-    ~0.14 ms a call on an H100, against a dense matmul's 6 MB). The product below must still be
+    every output would read them all once more per call (a grouped matmul's 403 MB weight
+    gradient, against a dense matmul's 6 MB). The product below must still be
     computed whole in the loop (the barrier over the outputs keeps XLA from pushing the slice into
     it), and nothing may reduce the whole output."""
     from ejkernel.ops import timing

@@ -26,34 +26,31 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
 // The tile configs. Config 0 (shipped): a 128x256x64 CTA tile computed by two consumer warpgroups
 // (cooperative: each holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in
-// 2-CTA clusters along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
-// results/h200/wave2/gmm-cuda/): clusters along m (the rhs tile multicast) 2 % faster on the
-// 65536-row forward, equal or slower elsewhere (up to 24 %: dlhs at 64 experts); 64x256
-// ping-pong tiles 3-85 % slower; for tgmm (whose M is k: no rows wasted), 256x128 tiles in the
-// same clusters from 4 % faster to 2 % slower (call 6): not kept.
+// 2-CTA clusters along n that multicast the lhs tile: no alternative wins by more than 4 % on any
+// benchmark shape of an H100, and each loses more elsewhere (benchmarks/cuda_gmm_sweep.py;
+// benchmarks/results/h100/grouped_matmul.json, the CUDA tile sweep at 16384x4096x2048 g8,
+// 16384x2048x1536 g64 and 65536x4096x1408 g64): clusters along m (the rhs tile multicast) are 2 %
+// faster on the 65536-row forward and up to 24 % slower elsewhere, 64x256 ping-pong tiles 3-85 %
+// slower, and 256x128 tiles for tgmm (whose M is k: no rows wasted) 4 % faster to 2 % slower.
 //
 // The epilogue (how the accumulator reaches memory) is paid once per tile, after its main loop:
 //   Epi: CUTLASS's TMA-store epilogue (through shared memory) or the no-smem one (each thread
 //     stores its accumulator fragment: no shared memory, no store tensor map per group);
 //   EpiTile: the TMA epilogue's subtile (Auto: 128x32, 8 per tile with 2 in flight);
 //   kVoidC: no C operand (beta is always 0): no C tensor maps, no source buffers in shared memory.
-// Shipped: no C, 128x64 subtiles. H100, call 10 (results/h200/wave2/gmm-cuda/), against the
-// earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster on
-// the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
-// (config 2) and no C with Auto subtiles (4) land in between; the no-smem epilogue (3) is
-// 16-173 % slower (one 2-byte store per element). (Call 10 was taken with a timer whose loop
-// summed every output, 403 MB a call for tgmm at 64 experts; with the fixed timer, call 15, tgmm
-// takes 0.292 ms there, and Nsight Compute times the kernel alone at 0.258 ms, call 14.)
+// Shipped: no C, 128x64 subtiles, the fastest of the epilogue sweep (configs 1-4, same record):
+// against CUTLASS's default (C = D, Auto subtiles: config 1) dlhs and tgmm gain 2-5 % and the
+// forward stays within 2 %; 128x128 subtiles (2) and no C with Auto subtiles (4) land in between;
+// the no-smem epilogue (3) loses 16-173 % (one 2-byte store per element).
 //
 // Sweep config 5 (kSwap) computes the forward and dlhs transposed: out[rows of j]ᵀ = B_jᵀ ·
 // a[rows of j]ᵀ, so a group's rows are the GEMM's N, tiled by 144, and out's columns its M, tiled
 // by 256, in 2-CTA clusters along N that multicast the B_j tile: two tiles hold 288 rows of one
 // group, which reads each B_j tile once for groups of up to 288 rows (config 0: once per 128
 // rows) and computes 288 rows for groups of 256 +- 16 (config 0: 256 or 384). out is written
-// column-major through [n, rows] views. Calls 17-18 (H100): at (16384, 2048, 1536, 64) the forward
-// 2 % faster than config 0 (5 % with equal groups), dlhs equal; 2-8 % slower on the 8-expert,
-// 65536-row and Zipf shapes. Its gain lives in a narrow band of m / g (about 240-260 rows a
-// group), too narrow for a default: not shipped. tgmm runs config 0 for index 5.
+// column-major through [n, rows] views. Not shipped: its gain (2 % on the 16384x2048x1536 g64
+// forward, same record) lives in a narrow band of m / g (about 240-260 rows a group), and it is
+// 2-8 % slower on the other shapes. tgmm runs config 0 for index 5.
 template <class Tile_, class Cluster_, class Epi_, class EpiTile_, bool kVoidC_, bool kSwap_ = false>
 struct TileConfig {
   using Tile = Tile_;
@@ -77,7 +74,7 @@ using Config4 = TileConfig<Tile128x256, ClusterN2, TmaEpi, AutoTile, true>;
 // 256 (out's columns) x 144 (rows) x 64, 128x48 epilogue subtiles. The wgmma of N = 144 is one of
 // CuTe's extended shapes (CMake defines CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in sweep builds):
 // without it CuTe picks 64x16x16 for this tile, nine instructions for one, each re-reading the A
-// tile from shared memory, and it ran 1.65-2.3x slower than config 0 (call 17).
+// tile from shared memory, which makes it 1.65-2.3x slower than config 0.
 using Config5 = TileConfig<Shape<_256, _144, _64>, ClusterN2, TmaEpi, Shape<_128, _48>, true, true>;
 #endif
 

@@ -5,10 +5,10 @@ times inside one ``lax.fori_loop`` (the inputs carried by the loop through an op
 with a running sum of one element of each previous output, itself taken behind a barrier over the
 whole outputs, so no call or part of one can be skipped or hoisted, and the loop's glue does
 not read the outputs again): this
-times the device, not the host, whose per-call dispatch was measured at ~0.6 ms on a virtualized
-GPU host and would swamp sub-millisecond kernels. A program
-still costs a fixed overhead (launch, argument copies, the host's wait: ~0.75 ms per program
-there), so the time per call is the slope between two loop lengths,
+times the device, not the host, whose per-call dispatch (a large part of a millisecond on a
+virtualized GPU host) would swamp sub-millisecond kernels. A program still costs a fixed overhead
+(launch, argument copies, the host's wait), so the time per call is the slope between two loop
+lengths,
 ``(T(n) - T(LOOP)) / (n - LOOP)``, with ``n`` chosen so that the longer program runs about
 ``SLOPE_PROGRAM_MS``: the fixed cost cancels, what remains is the calls and the loop's own glue.
 A short program of ``LONG_PROGRAM_MS`` or more is its own answer (``T(LOOP) / LOOP``).
@@ -85,14 +85,13 @@ def _nudge(args: Any, i: Any, acc: Any) -> Any:
     loop-invariant, so nothing is hoisted out of the loop, and the arrays are neither written
     nor copied (the loop carries them unchanged; ``i`` is unused).
 
-    Earlier forms were wrong: adding the step to every element of the first input is a full read
-    and write of it per call (for ``mean_pooling``, whose input is its traffic, that tripled the
-    bytes timed); a barrier on ``(first input, step)`` let XLA hoist the work that reads only the
+    Why not simpler forms: adding the step to every element of the first input is a full read
+    and write of it per call (for ``mean_pooling``, whose input is its traffic, that triples the
+    bytes timed); a barrier on ``(first input, step)`` lets XLA hoist the work that reads only the
     other arguments (a matmul's ``dlhs = dout · rhsᵀ``, the linear family's chunk states, which do
     not read the queries); and changing one element of each argument per step, with a scatter or a
-    ``dynamic_update_slice``, made XLA's GPU backend copy every argument per call (measured on an
-    H100: a 2 GiB ``jnp.sum`` 2.11 ms a call against 0.69 ms with the barrier, a grouped matmul
-    forward 0.63 ms against 0.32)."""
+    ``dynamic_update_slice``, makes XLA's GPU backend copy every argument per call (about tripling
+    the time of a bandwidth-bound ``jnp.sum``)."""
     del i
     out, _ = lax.optimization_barrier((args, acc))
     return out
@@ -109,9 +108,9 @@ def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
             a = _nudge(a, i, acc)
             # The outputs go through an optimization barrier (XLA computes them whole: nothing
             # that reads them is pushed into their producers) and one element of each joins the
-            # running sum. Summing every output read them all once more per call: for a grouped
-            # matmul's forward+backward its 403 MB weight gradient, ~0.14 ms on an H100 that the
-            # dense matmul peer (a 6 MB one) never paid.
+            # running sum. Summing every output would read them all once more per call: for a
+            # grouped matmul's forward+backward its 403 MB weight gradient, a cost the dense
+            # matmul peer (a 6 MB one) never pays.
             leaves = lax.optimization_barrier(jax.tree.leaves(fn(*a)))
             return a, acc + sum(jnp.sum(leaf.reshape(-1)[:1].astype(jnp.float32)) for leaf in leaves)
 

@@ -22,15 +22,13 @@ MIN_STAGES, MAX_STAGES = 2, 6
 PARTITIONS = (256, 512, 1024, 2048, 4096, 8192)
 SMEM_PER_SM = 227 * 1024  # H100/H200 (sm_90): usable shared memory per SM
 SMEM_LIMIT = 200 * 1024  # what the FFI handler accepts for one CTA
-# Split-K target: at least this many CTAs per resident slot (a nearly full single wave).
-# Measured on an H200 (b32 h32/8 d128 ctx8192 bf16, 2 slots per SM, one sweep): partitions of
-# 2048, 4096 and 8192 tokens (3.9, 1.9 and 0.97 waves) took 0.358, 0.345 and 0.329 ms (1024
-# tokens, 7.8 waves: 0.388 ms in an earlier sweep):
+# Split-K target: at least this many CTAs per resident slot (a nearly full single wave), since
 # each partition's fill and merge cost more than a short last wave, and a single partition per
-# sequence needs no merge pass at all (pass 1 writes the output). A persistent kernel (one wave of
-# CTAs taking partitions from a counter, each streaming them through one ring without draining
-# it; branch experiment/persistent-decode) did not beat this: in one sweep of that shape, 2949
-# GB/s at best (any partition, 256 to 8192) against 3357 for one CTA per 8192-token partition.
+# sequence needs no merge pass at all (pass 1 writes the output). On an H200 at b32 h32/8 d128
+# ctx8192 bf16, 8192-token partitions (0.97 waves) beat 4096, 2048 and 1024 (1.9, 3.9 and 7.8
+# waves), and so does one CTA per partition against a persistent kernel (one wave of CTAs taking
+# partitions from a counter; branch experiment/persistent-decode) at any partition length
+# (benchmarks/results/h200/page_attention.json, the CUDA partition sweep at ctx 8192).
 WAVES = 0.95
 
 
@@ -53,8 +51,8 @@ def stage_bytes(head_dim: int, itemsize: int, variant: int = 0) -> int:
 
 def resident_ctas(groups: int, head_dim: int, itemsize: int = 2, variant: int = 0) -> int:
     """CTAs of pass 1 per SM that the heuristic plans for. The tensor-core path is built for 3 (168
-    registers) but at d128 runs best as 2 CTAs x 3 slots of 32 KiB (measured on an H200, b32
-    h32/8 ctx8192: 3 CTAs x 2 slots is 6-23% slower); at d64 4. The FMA path by registers (ptxas
+    registers) but at d128 runs best as 2 CTAs x 3 slots of 32 KiB (on an H200 at b32 h32/8
+    ctx8192, 3 CTAs x 2 slots is 6-23% slower); at d64 4. The FMA path by registers (ptxas
     -v, sm_90a): ~250 for 8-head tiles (2), 130-155 for 4 heads (3), under 100 below (4)."""
     if uses_mma(itemsize, head_dim, variant):
         return 2 if head_dim == 128 else 4

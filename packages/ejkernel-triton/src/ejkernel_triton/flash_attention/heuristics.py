@@ -35,7 +35,7 @@ def _copies(itemsize: int) -> int:
 def fwd_smem(p: FwdParams, d: int, dv: int, itemsize: int) -> int:
     """Shared memory of the forward kernel: ``num_stages`` K/V tiles and the resident Q tile.
 
-    Matches what Triton 3.6 allocates for sm_90 (measured with ``compile_launch``).
+    Matches what Triton 3.6 allocates for sm_90 (as ``compile_launch`` reports it).
     """
     assert p.q_blocksize and p.kv_blocksize and p.num_stages
     streamed = p.num_stages * p.kv_blocksize * (_pad(d) + _pad(dv))
@@ -54,7 +54,8 @@ def bwd_smem(p: BwdParams, d: int, dv: int, itemsize: int) -> int:
 
 # Shared memory per block the TMA forward's tiles need (``heuristic_fwd_tma``: 197632 B at d 128).
 TMA_SMEM = 200 * 1024
-# The TMA forward's mbarriers (a few per stage; measured 56 to 1024 B beyond the tiles, sm_90).
+# The TMA forward's mbarriers (a few per stage: Triton 3.6 allocates 56 to 1024 B beyond the tiles
+# on sm_90).
 TMA_BARRIERS = 1024
 
 
@@ -171,7 +172,7 @@ def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
 
 
 def heuristic_fwd_tma(args: AttentionArgs) -> FwdParams:
-    """Tiles of the TMA forward (``_fwd``'s TMA kernels), measured on an H200 at b2 s8192 h16 d128 bf16.
+    """Tiles of the TMA forward (``_fwd``'s TMA kernels), the fastest on an H200 at b2 s8192 h16 d128 bf16.
 
     Non-causal with lengths that are multiples of 128: 128x128 tiles, 4 warps, 2 stages, for the
     warp-specialized kernel (``benchmarks/results/h200/ws_launch_probe.json``: 520 TFLOP/s; 271 for

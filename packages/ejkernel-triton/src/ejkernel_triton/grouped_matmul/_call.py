@@ -59,7 +59,7 @@ def group_inputs(a: GroupedMatmulArgs) -> tuple[jax.Array, jax.Array]:
 
 def row_bounds(m: int, groups: int, sizes: jax.Array, offset: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``starts[g]``, ``ends[g]``: the local groups' rows, clamped into ``[0, m]``, written by one
-    launch of one-warp programs (``_kernel.bounds_kernel``; XLA's cumsum alone took ~4.5 us)."""
+    launch of one-warp programs (``_kernel.bounds_kernel``), cheaper than XLA's cumsum and clamp."""
     shape = jax.ShapeDtypeStruct((groups,), jnp.int32)
     starts, ends = launch(
         bounds_kernel,

@@ -8,14 +8,14 @@ multiplied by its group's scale row ``scale[j, N]`` before the store (``rhs_scal
 segment (a group, or a run of rows outside the local groups, written as zeros). The tile schedule
 is computed by every program from ``group_sizes`` and ``group_offset`` (``_segments``: a prefix sum
 over at most ``S_PAD`` segments, then a one-hot lookup of the program's tile): no XLA program runs
-before the kernel (those cost ~12 us per call on an H100, 5 % of the 64-expert forward). The
+before the kernel (on an H100 those cost 5 % of the 64-expert forward). The
 schedule is at most ``cdiv(m, BLOCK_M) + g + 2`` tiles long; programs past its end do nothing. A
 tile never straddles two groups, so each output row is written exactly once. Rows past a segment
 are loaded (clamped into ``[0, m)``: always valid memory) and dropped at the store, which keeps the
 loads unmasked. A segment's last tile runs ``TAIL_M``-row products (half a tile) when that many
 rows are enough: groups of 256 +- 16 rows (64 experts, 16384 tokens) compute ~25 % more rows than
-they hold with whole 128-row tiles, ~12 % with half tiles at the group ends (measured: ~3 % of the
-forward). With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the
+they hold with whole 128-row tiles, ~12 % with half tiles at the group ends (~3 % of the forward's
+time on an H100). With ``NUM_PROGRAMS > 0`` the grid is persistent: that many programs (a multiple of the
 SM count) write the rows outside the groups, then stride over the groups' whole tiles in one loop
 flattened with the k loop, so the next tile's loads overlap this tile's epilogue
 (``_gmm_persistent``).
@@ -25,10 +25,10 @@ computes a ``[BLOCK_M, BLOCK_N]`` tile of ``db[j]`` (over ``K`` and ``N``), walk
 rows ``BLOCK_K`` at a time (masked at the group's ends); with ``SPLIT > 1`` program ``s`` takes
 every ``SPLIT``-th chunk of rows and writes a float32 partial reduced afterwards. Empty groups
 write zeros. Products run on tensor cores (``tl.dot``) with a float32 accumulator. Its programs are
-short (~8 us at 64 experts: 4 steps of 64 rows) and many (6144), so they read their group's
-bounds from ``bounds_kernel``'s output, one launch before them, rather than each computing them
-(H100, ``results/h200/wave2/gmm-schedule``: 0.371 against 0.401 ms; for ``gmm_kernel``'s ~30 us
-programs, computing the schedule in the prologue is the faster of the two: 0.228 against 0.238 ms).
+short (4 steps of 64 rows at 64 experts) and many (6144), so they read their group's bounds
+from ``bounds_kernel``'s output, one launch before them, rather than each computing them; for
+``gmm_kernel``'s longer programs, computing the schedule in the prologue is the faster of the two
+(``benchmarks/results/h100/grouped_matmul.json``, 16384x2048x1536 g64, each kernel alone).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _gmm_persistent(
     that needs a k loop of the same length in every tile, hence the zero rows' separate loop.
     The tile body is ``_gmm_rows``'s without its runtime k bound and segment checks, written out:
     routing both through one function with a compile-time switch changed the PTX of both kernels
-    (sm_90), and these are the instructions that were timed (``results/h200/wave2/gmm-persistent``)."""
+    (sm_90), and these are the instructions that were timed (``benchmarks/results/h200/grouped_matmul.json``)."""
     _gmm_zero_rows(pid, lo, hi, out_ptr, M, N, G, S_PAD, BLOCK_M, BLOCK_N, NUM_PROGRAMS)
     s = tl.arange(0, S_PAD)
     ntiles = tl.where((s >= 1) & (s <= G), (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)

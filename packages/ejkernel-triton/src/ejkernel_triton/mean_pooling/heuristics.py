@@ -5,12 +5,10 @@ programs. ``BLOCK_D`` = 256 columns gives 512-byte (16-bit) row segments, fully 
 ``BLOCK_T`` rows per step make a 16 KiB (16-bit) tile, several in flight with 3 pipeline stages.
 ``split`` (rows per program) is chosen so the grid holds about ``WAVES`` programs per SM of an H100/H200
 (132 SMs) but never less than 8 steps per program, which keeps the partial sums' traffic
-negligible (one float32 row per item against ``split`` rows read). Measured on an H100 at
-(262144, 4096) bf16 (``benchmarks/pool_ssm1/sweep.py``): 32x256 tiles, 4 warps, 3 stages reach
-0.72 of a device copy's bandwidth at 2048 rows per program (8 waves), 0.76 at 1024 (16 waves);
-16 or 64 rows per step fall to 0.40 / 0.16. Those figures predate 16-byte row loads (the row stride a
-compile-time constant, ``_kernel``): on an H200 these tiles now read 0.92 of a device copy, and 14
-other configs 0.79-0.96 (``results/h200/wave2/pool-h200``, call 36).
+negligible (one float32 row per item against ``split`` rows read). On an H200 these tiles (32x256,
+4 warps, 3 stages, 16 waves) read 0.92 of a device copy's bandwidth at (262144, 4096) bf16, and
+the sweep's other configs 0.79-0.96 (``benchmarks/pool_ssm1/sweep.py``;
+``benchmarks/results/h200/mean_pooling.json``).
 """
 
 from __future__ import annotations

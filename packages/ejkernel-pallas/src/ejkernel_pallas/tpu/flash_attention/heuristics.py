@@ -75,9 +75,10 @@ def _fit(vmem_bytes, bq: int, bk: int, seq_q: int, seq_k: int, d: int, dv: int, 
 
 
 def heuristic_fwd(seq_q: int, seq_k: int, d: int, dv: int, dtype: Any, segments: bool) -> FwdParams:
-    # 512×512: large enough that the per-step overhead (~0.35 µs) and the re-reads of K/V per
-    # query block stay small against the MXU work, small enough to double-buffer in 16 MiB of
-    # VMEM with head dims up to 256 (the block sizes MaxText's splash attention uses on v5e/v6e).
+    # 512×512: large enough that the per-step overhead (~0.35 µs a grid step, the figure of JAX's
+    # Pallas TPU guides) and the re-reads of K/V per query block stay small against the MXU work,
+    # small enough to double-buffer in 16 MiB of VMEM with head dims up to 256 (the block sizes
+    # MaxText's splash attention uses on v5e/v6e).
     bq, bk = _fit(fwd_vmem_bytes, 512, 512, seq_q, seq_k, d, dv, dtype, segments)
     return FwdParams(q_blocksize=bq, kv_blocksize=bk)
 

@@ -14,9 +14,10 @@ import jax.numpy as jnp
 
 from .._tiling import VMEM_BUDGET, round_up, sublanes
 
-# One step should move enough bytes that the DMA engine, not the per-step overhead (~0.35 µs)
-# or the per-copy issue cost, sets the pace: 512 tokens × 8 kv heads × 128 dims × 2 bytes × K and
-# V is 2 MiB per step. More pages per step also means more copies issued per step, so cap them.
+# One step should move enough bytes that the DMA engine, not the per-step overhead (~0.35 µs a
+# grid step, the figure of JAX's Pallas TPU guides) or the per-copy issue cost, sets the pace:
+# 512 tokens × 8 kv heads × 128 dims × 2 bytes × K and V is 2 MiB per step. More pages per step
+# also means more copies issued per step, so cap them.
 _TARGET_TOKENS = 512
 _MAX_PAGES_PER_STEP = 64
 
