@@ -26,8 +26,7 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
 // The tile configs. Config 0 (shipped): a 128x256x64 CTA tile computed by two consumer warpgroups
 // (cooperative: each holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in
-// 2-CTA clusters along n that multicast the lhs tile. Measured on an H100 (benchmarks/cuda_gmm_sweep.py,
-// results/h200/wave2/gmm-cuda/): clusters along m (the rhs tile multicast) 2 % faster on the
+// 2-CTA clusters along n that multicast the lhs tile. Measured on an H100, each kernel alone: clusters along m (the rhs tile multicast) 2 % faster on the
 // 65536-row forward, equal or slower elsewhere (up to 24 %: dlhs at 64 experts); 64x256
 // ping-pong tiles 3-85 % slower; for tgmm (whose M is k: no rows wasted), 256x128 tiles in the
 // same clusters from 4 % faster to 2 % slower (call 6): not kept.
@@ -37,7 +36,7 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 //     stores its accumulator fragment: no shared memory, no store tensor map per group);
 //   EpiTile: the TMA epilogue's subtile (Auto: 128x32, 8 per tile with 2 in flight);
 //   kVoidC: no C operand (beta is always 0): no C tensor maps, no source buffers in shared memory.
-// Shipped: no C, 128x64 subtiles. H100, call 10 (results/h200/wave2/gmm-cuda/), against the
+// Shipped: no C, 128x64 subtiles. H100, against the
 // earlier C = D with Auto subtiles (the sweep's config 1): dlhs 2.5-4 % and tgmm 2-5 % faster on
 // the three shapes measured, the forward from 2 % faster to 2 % slower. 128x128 subtiles
 // (config 2) and no C with Auto subtiles (4) land in between; the no-smem epilogue (3) is

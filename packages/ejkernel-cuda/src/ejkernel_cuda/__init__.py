@@ -14,7 +14,7 @@ __all__ = ["PRIORITY", "register"]
 
 # Above the XLA (0) and Triton (100) backends: a hand-written CUDA kernel wins where it accepts a
 # call (for grouped_matmul on an H100: forward+backward 1.5-10 % faster than Triton on the four
-# benchmark shapes; benchmarks/results/h200/wave2/gmm-cuda/).
+# benchmark shapes).
 PRIORITY = 110
 
 

@@ -50,8 +50,8 @@ O_WARPS = 4
 # The reverse state walk when it has more programs than the GPU has SMs (B4 H16: 256): one stage
 # (its loop's loads not pipelined) holds its shared memory to what lets two programs share an SM
 # (135 KiB at two stages); with fewer programs (B1 H16: 64), each walks a long chain alone and the
-# pipelined loads are worth more (results/h200/wave2/delta-bwd, call 3: one stage everywhere cost
-# the varlen batch, then walked as one packed row of 64 programs, 10 %).
+# pipelined loads are worth more (one stage everywhere cost the varlen batch, then walked as one
+# packed row of 64 programs, 10 %).
 DH_STAGES_MANY = 1
 # Varlen state walks launched longest sequence first (LPT order; _kernel._walker).
 VARLEN_LPT = True
@@ -240,15 +240,14 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
 
 
 # The intra-chunk products' operands for bfloat16 inputs ("tf32" or "bf16", fla's choice: half the
-# shared memory and registers; the GPU conformance passes with it: results/h200/wave2/delta-intra,
-# calls 5 and 7, H100).
+# shared memory and registers; the GPU conformance passes with it on an H100).
 INTRA_OPERANDS = "bf16"
 # Warps of the intra-chunk kernels (one program per chunk). Four where the kernel fits two programs
 # per SM that way (sm_90, 64-token chunks, head dim 128: the inverse 237 registers, the forward 252,
 # no spills; the qk backward 255 with 152 B of spills, still faster): the inverse's serial steps
 # of two chunks overlap. On an H100 at B4 T4096 H16 D128 bf16, gated_delta_rule ran 1.297 / 2.918
 # ms fwd / fwd+bwd at eight warps everywhere, 1.030 / 2.648 with the inverse and forward at four,
-# 2.859 fwd+bwd with the qk backward at four (results/h200/wave2/delta-bwd, call 6). The WY
+# 2.859 fwd+bwd with the qk backward at four. The WY
 # backward spills 412 B at four warps.
 INTRA_WARPS = {"inverse": 4, "fwd": 4, "bwd_wy": 8, "bwd_a": 8, "bwd_qk": 4}
 # A per-channel gate (KDA): key tiles of the pair sums and products (``_intra``'s ``*_pc_kernel``),

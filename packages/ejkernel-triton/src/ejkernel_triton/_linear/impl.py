@@ -16,20 +16,18 @@ from . import resources as R
 # 32-token chunks: the intra-chunk scores are one product per chunk when its gates stay within
 # 30 nats of its middle row (``_kernel.SPAN``), so larger chunks halve the chunk states (the state
 # kernels' traffic) at little cost (H100, gla_attention B4 T4096 H16 D128 bf16, forward+backward:
-# 3.42 ms at 32-token chunks, 4.09 at 16; ``benchmarks/wave2_breakdown.py --only linear``); a
+# 3.42 ms at 32-token chunks, 4.09 at 16, each kernel timed alone); a
 # chunk that decays more builds its scores column by column (cost ∝ chunk² · head_dim). 64-column
 # value tiles keep a [32, 64] output and a [64, 64] state tile in registers.
 CHUNK, BLOCK_V, WARPS, STAGES = 32, 64, 4, 2
 # A scalar gate (``_call.Spec.scalar_gate``: one product for the scores at any decay, in the
 # inputs' dtype) takes 64-token chunks: H200, lightning_attention B4 T4096 H16 D128 bf16,
-# forward+backward 1.274 ms at (64, 64, 4 warps), 1.658 at (32, 64, 4), 1.476 at (64, 64, 8)
-# (``benchmarks/wave2_breakdown.py --only linear_scalar``).
+# forward+backward 1.274 ms at (64, 64, 4 warps), 1.658 at (32, 64, 4), 1.476 at (64, 64, 8).
 SCALAR_CHUNK = 64
 # ... and 128-token chunks where the state walks are few and long (fewer than 128 programs of
 # 64-wide tiles, sequences of LONG_SEQ tokens or more): half the serial steps per walk. H100,
 # lightning_attention B1 T32768 H16 D128 bf16: 1.064 / 3.212 ms fwd / fwd+bwd at 64-token chunks,
-# 0.779 / 4.269 at 128 (4 warps everywhere), 0.893 / 3.060 at 128 and 8 warps
-# (results/h200/wave2/kda-intra, call 2); the chunk kernels of the backward take 8 warps at 128
+# 0.779 / 4.269 at 128 (4 warps everywhere), 0.893 / 3.060 at 128 and 8 warps; the chunk kernels of the backward take 8 warps at 128
 # (_call.WIDE_CHUNK_WARPS).
 LONG_SCALAR_CHUNK = 128
 LONG_SEQ = 8192

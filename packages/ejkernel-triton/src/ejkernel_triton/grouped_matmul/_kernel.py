@@ -27,7 +27,7 @@ every ``SPLIT``-th chunk of rows and writes a float32 partial reduced afterwards
 write zeros. Products run on tensor cores (``tl.dot``) with a float32 accumulator. Its programs are
 short (~8 us at 64 experts: 4 steps of 64 rows) and many (6144), so they read their group's
 bounds from ``bounds_kernel``'s output, one launch before them, rather than each computing them
-(H100, ``results/h200/wave2/gmm-schedule``: 0.371 against 0.401 ms; for ``gmm_kernel``'s ~30 us
+(H100: 0.371 against 0.401 ms; for ``gmm_kernel``'s ~30 us
 programs, computing the schedule in the prologue is the faster of the two: 0.228 against 0.238 ms).
 """
 
@@ -203,7 +203,7 @@ def _gmm_persistent(
     that needs a k loop of the same length in every tile, hence the zero rows' separate loop.
     The tile body is ``_gmm_rows``'s without its runtime k bound and segment checks, written out:
     routing both through one function with a compile-time switch changed the PTX of both kernels
-    (sm_90), and these are the instructions that were timed (``results/h200/wave2/gmm-persistent``)."""
+    (sm_90), and these are the instructions that were timed."""
     _gmm_zero_rows(pid, lo, hi, out_ptr, M, N, G, S_PAD, BLOCK_M, BLOCK_N, NUM_PROGRAMS)
     s = tl.arange(0, S_PAD)
     ntiles = tl.where((s >= 1) & (s <= G), (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)

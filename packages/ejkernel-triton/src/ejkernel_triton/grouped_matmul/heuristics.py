@@ -96,21 +96,18 @@ def heuristic(
     average half empty and that waste grows with the group count. 16-bit inputs take 64-deep k
     steps, float32 32-deep (same bytes). On Hopper, 16-bit 128-row tiles are 256 columns wide
     with 3 stages (144 KiB of shared memory): more flops per byte loaded than 128x128 with 4
-    stages, measured faster on the three kernels at (16384, 2048, 1536, 64) on an H100 (H100,
-    ``benchmarks/grouped_matmul_sweep.py --shapes 1``: forward 0.284 / dlhs 0.296 / tgmm 0.493
-    ms against 0.293 / 0.312 / 0.580; also at (16384, 4096, 2048, 8) and (65536, 4096, 1408, 64):
-    ``results/h200/wave2/barrier-clock/``). Those wide tiles take a 4th stage (192 KiB) when the
+    stages, measured faster on the three kernels at (16384, 2048, 1536, 64) on an H100 (forward
+    0.284 / dlhs 0.296 / tgmm 0.493 ms against 0.293 / 0.312 / 0.580; also at (16384, 4096, 2048,
+    8) and (65536, 4096, 1408, 64)). Those wide tiles take a 4th stage (192 KiB) when the
     groups hold fewer than 512 rows each: each group's rhs then streams from HBM for only 2-4
-    row tiles, and a deeper pipeline hides more of that latency (H100 at (16384, 2048, 1536, 64),
-    ``results/h200/wave2/gmm-schedule`` call 23: forward 0.241 against 0.256 ms, ``dlhs`` 0.240
-    against 0.260, ``tgmm`` 0.387 against 0.380; ``gmm-64``: no gain at 8 experts, 1-2 % slower
-    with 1024 rows per group). ``tgmm`` keeps 3 stages there (``tgmm_num_stages``): its programs
+    row tiles, and a deeper pipeline hides more of that latency (H100 at (16384, 2048, 1536, 64):
+    forward 0.241 against 0.256 ms, ``dlhs`` 0.240 against 0.260, ``tgmm`` 0.387 against 0.380;
+    no gain at 8 experts, 1-2 % slower with 1024 rows per group). ``tgmm`` keeps 3 stages there (``tgmm_num_stages``): its programs
     reduce one group's ~256 rows in 4-5 steps, too few for a 4th stage to pay for its prologue
-    (same shape, ``results/h200/wave2/gmm-schedule``: H200 0.346 against 0.361 ms, call 29; H100
-    0.380 against 0.387, call 23).
+    (same shape: H200 0.346 against 0.361 ms; H100 0.380 against 0.387).
     Groups of 512 rows or more run those 3-stage wide tiles on the persistent grid (``_kernel``'s
     ``_gmm_persistent``: whole tiles, the next tile's loads under this tile's epilogue). H200,
-    ``results/h200/wave2/gmm-persistent`` call 39, each kernel alone, against the 3-stage tiles one
+    each kernel alone, against the 3-stage tiles one
     per program: forward 0.403 against 0.436 ms at (16384, 4096, 2048, 8), 1.386 against 1.475 at
     (65536, 4096, 1408, 64); ``dlhs`` 0.436 against 0.457 and 1.357 against 1.418. Under 512 rows
     it is not used: the forward gained (0.227 against 0.237 ms at 64 experts) but ``dlhs`` lost

@@ -6,11 +6,11 @@ programs. ``BLOCK_D`` = 256 columns gives 512-byte (16-bit) row segments, fully 
 ``split`` (rows per program) is chosen so the grid holds about ``WAVES`` programs per SM of an H100/H200
 (132 SMs) but never less than 8 steps per program, which keeps the partial sums' traffic
 negligible (one float32 row per item against ``split`` rows read). Measured on an H100 at
-(262144, 4096) bf16 (``benchmarks/pool_ssm1/sweep.py``): 32x256 tiles, 4 warps, 3 stages reach
+(262144, 4096) bf16: 32x256 tiles, 4 warps, 3 stages reach
 0.72 of a device copy's bandwidth at 2048 rows per program (8 waves), 0.76 at 1024 (16 waves);
 16 or 64 rows per step fall to 0.40 / 0.16. Those figures predate 16-byte row loads (the row stride a
 compile-time constant, ``_kernel``): on an H200 these tiles now read 0.92 of a device copy, and 14
-other configs 0.79-0.96 (``results/h200/wave2/pool-h200``, call 36).
+other configs 0.79-0.96.
 """
 
 from __future__ import annotations

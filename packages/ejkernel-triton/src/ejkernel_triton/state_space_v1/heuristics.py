@@ -10,8 +10,7 @@ per chunk × channel group × batch, ``BWD_PROGRAMS`` of them, each walking its 
 blocks): its own channel block ``bwd_block_d`` (an eighth of the forward's; the token block is the
 forward's, whose chunk-start states it reads), a warp per ``BWD_ELEMS_PER_WARP``.
 
-H100, b1 T4096 d_inner 4096 d_state 16 bf16, 32-token chunks (``benchmarks/wave2_breakdown.py
---only ssm1_bwd``): the backward **2.03 ms at 1 channel and 1 warp**, 2.34 at 2 channels and 2
+H100, b1 T4096 d_inner 4096 d_state 16 bf16, 32-token chunks, each kernel timed alone: the backward **2.03 ms at 1 channel and 1 warp**, 2.34 at 2 channels and 2
 warps (252 registers, no spills), 3.78 at 2 and 1 (255 registers, 728 B of spills), 3.14 at 1 and
 2, 3.30 at 2 and 4, 5.48 at 4 and 8 (8 groups); at 2 channels and 2 warps 2.30-2.35 ms for 4 to
 64 groups of whole 64-channel multiples, 3.0 for 2 groups, 2.64 for 9 groups of 456 channels; of
