@@ -2,9 +2,9 @@
 forward and forward+backward, on one GPU.
 
     python benchmarks/linear_delta_vs_fla.py --op gla [--cases main,varlen,long] [--shape 4,4096,16,128]
-        [--varlen 4096,1000,...] [--long-t 32768] [--impls triton,xla,fla] [--jsonl FILE]
+        [--varlen 4096,1000,...] [--long-t 32768] [--impls triton,xla,fla] [--json FILE]
         [--fla-bypass-640]
-    python benchmarks/linear_delta_vs_fla.py --table FILE.jsonl     # the text table of the records
+    python benchmarks/linear_delta_vs_fla.py --table FILE.json     # the text table of the records
 
 Ops and their fla-core 0.6.0 peers, on the same inputs (the JAX arrays through DLPack):
 
@@ -36,8 +36,9 @@ GLA / SSD) on Hopper with Triton >= 3.4 and < 3.7.1 (fla issue #640, a miscompil
 recorded. ``--fla-bypass-640`` then times it again with fla's guard switched off (record
 ``fla-bypass640``: a timing; its gradients may be wrong, as the recorded differences show).
 
-Each record is appended to ``--jsonl`` (one JSON object per line) the moment it is measured, so a
-step killed by a timeout keeps what it finished.
+Each record is added to the JSON list in ``--json`` the moment it is measured, so a step killed
+by a timeout keeps what it finished. ejkernel's records name ``fla`` as their ``peer`` when it runs;
+``python benchmarks/records.py add FILE`` files them by op and device.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -242,8 +244,8 @@ def _triton_cache_dir() -> None:
     Give Triton a directory before fla is imported: ``FLA_TRITON_CACHE_DIR`` if set, else the
     current one, else a temporary one. Triton's autotuner also keeps its results there
     (``TRITON_CACHE_AUTOTUNING=1`` unless set otherwise: ``<key>/<kernel>.autotune.json``): fla
-    autotunes every kernel for minutes on a fresh machine, and
-    ``benchmarks/h200/wave2_linear_delta.sh`` carries those results from one GPU call to the next."""
+    autotunes every kernel for minutes on a fresh machine: keep that directory from one GPU call to
+    the next."""
     chosen = os.environ.get("FLA_TRITON_CACHE_DIR") or os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = chosen or os.path.join(tempfile.gettempdir(), f"triton-fla-{os.getuid()}")
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
@@ -328,18 +330,30 @@ def time_fla(
 
 
 def _emit(record: dict[str, Any], path: str | None) -> None:
-    line = json.dumps(record)
-    print(line, flush=True)
+    print(json.dumps(record), flush=True)
     if path:
-        with open(path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        records = _read(path) if os.path.exists(path) else []
+        records.append(record)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps(records, indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def _read(path: str) -> list[dict[str, Any]]:
+    """The records of a JSON list (or of a JSONL file, as earlier runs wrote)."""
+    with open(path) as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def run(ns: argparse.Namespace) -> int:
     import jax
     import jax.numpy as jnp
+
+    import ejkernel
 
     b, t, h, d = (int(x) for x in ns.shape.split(","))
     lens = [int(x) for x in ns.varlen.split(",")]
@@ -350,12 +364,15 @@ def run(ns: argparse.Namespace) -> int:
     }
     dtype = jnp.dtype(ns.dtype)
     device = str(jax.devices()[0].device_kind)
+    command = "python " + shlex.join(sys.argv)
     for which in ns.cases.split(","):
         if which == "varlen" and ns.op == "ssd":
             continue  # state_space_v2 has no cu_seqlens
         cb, ct, clens, label = cases[which]
         case = make_case(ns.op, cb, ct, h, d, dtype, clens)
-        base = {"op": PEERS[ns.op][0], "case": which, "shape": label, "dtype": ns.dtype, "device": device}
+        base = {"op": PEERS[ns.op][0], "case": which, "shape": label, "dtype": ns.dtype, "device": device,
+                "jax": jax.__version__, "ejkernel": ejkernel.__version__, "command": command}  # fmt: skip
+        peer = {"peer": "fla"} if "fla" in ns.impls.split(",") else {}
         ref = None
         for impl in ns.impls.split(","):
             if impl == "fla":
@@ -367,30 +384,28 @@ def run(ns: argparse.Namespace) -> int:
             except Exception as e:
                 rec = {"impl": impl, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
             rec["wall_s"] = round(time.time() - t0, 1)
-            _emit({**base, **rec}, ns.jsonl)
+            _emit({**base, **peer, **rec}, ns.json)
         if "fla" in ns.impls.split(",") and ref is not None:
             t0 = time.time()
             try:
                 recs = time_fla(
                     ns.op, case, ref, ns.repeats, ns.fla_bypass_640,
-                    partial=lambda r, base=base, t0=t0: _emit({**base, **r, "wall_s": round(time.time() - t0, 1)}, ns.jsonl),
+                    partial=lambda r, base=base, t0=t0: _emit({**base, **r, "wall_s": round(time.time() - t0, 1)}, ns.json),
                 )  # fmt: skip
             except Exception as e:
                 recs = [{"impl": "fla", "peer": PEERS[ns.op][1], "error": f"{type(e).__name__}: {str(e)[:300]}"}]
             for rec in recs:
                 rec["wall_s"] = round(time.time() - t0, 1)
-                _emit({**base, **rec}, ns.jsonl)
+                _emit({**base, **rec}, ns.json)
         del case, ref
     return 0
 
 
 def table(path: str) -> str:
-    """The records of a JSONL file as a text table: one row per (op, case), ejkernel's
+    """The records of a JSON file as a text table: one row per (op, case), ejkernel's
     implementations and fla side by side, and Triton's fwd+bwd time over fla's."""
     rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    with open(path) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    for r in records:
+    for r in _read(path):
         rows.setdefault((r["op"], r["shape"]), {})[r["impl"]] = r
     impls = ["triton", "xla", "fla", "fla-bypass640"]
 
@@ -437,9 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--impls", default="triton,xla,fla")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--jsonl", default=None, help="append each record to this file as it is measured")
+    p.add_argument("--json", default=None, help="add each record to the JSON list in this file as it is measured")
     p.add_argument("--fla-bypass-640", action="store_true", help="time fla's refused backward without its guard")
-    p.add_argument("--table", default=None, help="print the text table of this JSONL file and exit")
+    p.add_argument("--table", default=None, help="print the text table of this JSON file and exit")
     ns = p.parse_args(argv)
     if ns.table:
         sys.stdout.write(table(ns.table))

@@ -12,7 +12,9 @@ FLOPs: forward ``4·b·h·S²·d`` (half when causal), forward + backward 3.5× 
 
 Each run measures the ring on 1 device (the baseline: no communication) and on ``--devices``
 devices (and any other ``--scales``), forward and forward + backward, plus plain
-``flash_attention`` on one device for the ring's own overhead. It writes JSON to ``--out``.
+``flash_attention`` on one device for the ring's own overhead. ``--out`` gets the records (a JSON
+list, like ``ejkernel bench --json``): one per device count, whose ``ratio_*`` is its efficiency,
+and plain ``flash_attention``'s.
 
     python benchmarks/ring_weak_scaling.py --devices 4 --out ring_4.json             # GPUs
     python benchmarks/ring_weak_scaling.py --devices 8 --seq-per-device 256 --cpu   # CPU check
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -49,12 +52,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=None, help="seconds; scales not started by then are skipped")
     p.add_argument("--cpu", action="store_true", help="run on simulated CPU devices (XLA_FLAGS device count)")
     p.add_argument("--out", type=Path, default=None, help="write the JSON results here")
-    p.add_argument(
-        "--profile",
-        type=Path,
-        default=None,
-        help="also trace 3 forward + backward calls per scale under this folder and summarize GPU 0's kernels",
-    )
     return p.parse_args(argv)
 
 
@@ -125,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
     report = _report_factory(env, config, start)
-    write = _writer(args.out)
+    write = _writer(args.out, "python " + shlex.join(sys.argv))
 
     def sharded_normal(key: Any, shape: tuple[int, ...], mesh: Any) -> Any:
         make = jax.jit(
@@ -134,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return make(key)
 
-    def measure(fn: Any, inputs: tuple[Any, ...], dout: Any, label: str) -> dict[str, Any]:
+    def measure(fn: Any, inputs: tuple[Any, ...], dout: Any) -> dict[str, Any]:
         """Compile and time the forward and the forward + backward of ``fn``."""
         fwd = jax.jit(fn)
         t0 = time.perf_counter()
@@ -151,11 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         fwd_ms = time_callable(lambda: fwd_c(*inputs), args.repeats, warmup=args.warmup)
         fwdbwd_ms = time_callable(lambda: bwd_c(*inputs, dout), args.repeats, warmup=args.warmup)
         mem = bwd_c.memory_analysis()
-        profile = None
-        if args.profile is not None:
-            profile = _profile(bwd_c, (*inputs, dout), args.profile / label)
         return {
-            "profile_gpu0": profile,
             "fwd_ms": fwd_ms,
             "fwdbwd_ms": fwdbwd_ms,
             "compile_s": round(compile_fwd + compile_bwd, 2),
@@ -199,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "impl": f"ring_attention/{log[0].impl}" if log else None,
             "config": log[0].config.tuning_fields() if log else None,
         }
-        row.update(measure(ring, (q, k, v), do, f"ring_n{n}"))
+        row.update(measure(ring, (q, k, v), do))
         flops = attention_flops(b, h, s, d, args.causal)
         row["tflops_per_device_fwd"] = flops / n / (row["fwd_ms"] * 1e-3) / 1e12
         row["tflops_per_device_fwdbwd"] = 3.5 * flops / n / (row["fwdbwd_ms"] * 1e-3) / 1e12
@@ -220,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 jax.eval_shape(flash, q, k, v)
             flash_baseline = {
                 "impl": f"flash_attention/{log[0].impl}" if log else None,
-                **measure(flash, (q, k, v), do, "flash_n1"),
+                **measure(flash, (q, k, v), do),
             }
             print(f"     flash_attention on 1 device: fwd {flash_baseline['fwd_ms']:.3f} ms, "
                   f"fwd+bwd {flash_baseline['fwdbwd_ms']:.3f} ms", flush=True)  # fmt: skip
@@ -240,25 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         print(f"wrote {args.out}")
     return 0
-
-
-def _profile(compiled: Any, inputs: tuple[Any, ...], folder: Path, calls: int = 3) -> Any:
-    """Trace ``calls`` calls of ``compiled`` and return GPU 0's summary (None off GPU)."""
-    import jax
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from gpu_trace_summary import render, summarize, timeline
-
-    jax.block_until_ready(compiled(*inputs))
-    with jax.profiler.trace(str(folder)):
-        for _ in range(calls):
-            jax.block_until_ready(compiled(*inputs))
-    summary = summarize(folder, calls=calls, top=12)
-    print(render({"devices": {k: v for k, v in summary["devices"].items() if k == 0}}), flush=True)
-    gpu0 = summary["devices"].get(0)
-    if gpu0 is not None and len(gpu0["streams"]) > 1:  # communication: when it runs (in the JSON)
-        gpu0["timeline_call1"] = timeline(folder, 0, call=1)
-    return gpu0
 
 
 def _report_factory(env: dict[str, Any], config: dict[str, Any], start: float) -> Any:
@@ -282,13 +256,50 @@ def _report_factory(env: dict[str, Any], config: dict[str, Any], start: float) -
     return report
 
 
-def _writer(path: Path | None) -> Any:
+def as_records(report: dict[str, Any], command: str) -> list[dict[str, Any]]:
+    """The records of a weak-scaling report: one per device count (its ``ratio_*``: the
+    efficiency against one device) and plain ``flash_attention`` on one device."""
+    cfg, env = report["config"], report["environment"]
+    b, h, hk, d, causal = cfg["batch"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"], cfg["causal"]
+    shape = f"b{b} h{h}/{hk} d{d} {cfg['seq_per_device']} tokens/device{' causal' if causal else ''}"
+    base = {
+        "op": "ring_attention",
+        "device": env["device_kind"],
+        "dtype": cfg["dtype"],
+        "jax": env["jax"],
+        "ejkernel": env["ejkernel"],
+        "timer": "host: median of synchronized calls",
+        "command": command,
+    }
+    fields = {"b": b, "h": h, "hk": hk, "d": d, "causal": causal, "layout": cfg["layout"]}
+    out = []
+    for r in report["results"]:
+        out.append({
+            **base, "impl": r["impl"], "label": f"{r['devices']} devices, {shape}", **fields,
+            "devices": r["devices"], "seq_total": r["seq_total"], "config": r["config"],
+            "fwd_ms": r["fwd_ms"], "fwd_tflops": r["tflops_per_device_fwd"],
+            "fwdbwd_ms": r["fwdbwd_ms"], "fwdbwd_tflops": r["tflops_per_device_fwdbwd"],
+            "peer": "1 device", "ratio_fwd_tflops": r["efficiency_fwd"], "ratio_fwdbwd_tflops": r["efficiency_fwdbwd"],
+        })  # fmt: skip
+    flash = report.get("flash_attention_1_device")
+    if flash:
+        flops = attention_flops(b, h, cfg["seq_per_device"], d, causal)
+        out.append({
+            **base, "impl": flash["impl"], "label": f"1 device, {shape}", **fields, "devices": 1,
+            "seq_total": cfg["seq_per_device"], "fwd_ms": flash["fwd_ms"],
+            "fwd_tflops": flops / (flash["fwd_ms"] * 1e-3) / 1e12, "fwdbwd_ms": flash["fwdbwd_ms"],
+            "fwdbwd_tflops": 3.5 * flops / (flash["fwdbwd_ms"] * 1e-3) / 1e12,
+        })  # fmt: skip
+    return out
+
+
+def _writer(path: Path | None, command: str) -> Any:
     def write(data: dict[str, Any]) -> None:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.write_text(json.dumps(as_records(data, command), indent=1) + "\n")
         tmp.replace(path)
 
     return write

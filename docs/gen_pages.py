@@ -6,6 +6,7 @@
 - ``api/ops/<module>.md`` for every public module of ``ejkernel.ops`` (the framework);
 - ``cli.md``: the ``ejkernel`` command, with every subcommand's ``--help`` as this build prints it;
 - ``support.md``: the op × backend support table (``docs/gen_support.py``);
+- ``benchmarks.md``: the benchmark records' table per device (``docs/gen_bench.py``);
 - ``SUMMARY.md``: the navigation (mkdocs-literate-nav).
 """
 
@@ -24,6 +25,7 @@ import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import gen_bench
 import gen_support
 
 import ejkernel
@@ -152,10 +154,12 @@ def main() -> None:
 
     extra = [p for p in os.environ.get(gen_support.ENV, "").split(os.pathsep) if p]
     write("support.md", gen_support.render(gen_support.load_sources(extra=extra)))
+    write("benchmarks.md", gen_bench.render())
 
     nav = [
         "* [Home](index.md)",
         "* [Support table](support.md)",
+        "* [Benchmarks](benchmarks.md)",
         "* Ops",
         *[f"    * [{name}](ops/{name}.md)" for name in ops],
         "* API",

@@ -17,7 +17,7 @@ from ._call import TARGET, paged_decode
 __all__ = ["LANE_VARIANT", "TARGET", "CudaPageAttention"]
 
 # Pass 1's path for bf16/fp16 caches (0: tensor cores where the head dim allows; 1: FMAs, the
-# float32 path). Read when a call is traced; benchmarks/cuda_decode_sweep.py compares them.
+# float32 path). Read when a call is traced, so a benchmark can compare them.
 LANE_VARIANT = 0
 
 

@@ -175,11 +175,9 @@ def heuristic_fwd_tma(args: AttentionArgs) -> FwdParams:
     """Tiles of the TMA forward (``_fwd``'s TMA kernels), the fastest on an H200 at b2 s8192 h16 d128 bf16.
 
     Non-causal with lengths that are multiples of 128: 128x128 tiles, 4 warps, 2 stages, for the
-    warp-specialized kernel (``benchmarks/results/h200/ws_launch_probe.json``: 520 TFLOP/s; 271 for
-    the same tiles unspecialized; the probe script was removed from main, read it with
-    ``git show c676349:benchmarks/h200/ws_launch_probe.py``). Otherwise 128x64, 4 warps, 2 stages
-    for the unmasked + masked loops (``triton_fwd_sweep_tma.json``: 0.83x / 0.88x cuDNN, ahead of
-    8 warps and 128x128 tiles).
+    warp-specialized kernel (520 TFLOP/s; 271 for the same tiles unspecialized). Otherwise 128x64,
+    4 warps, 2 stages for the unmasked + masked loops (0.83x / 0.88x cuDNN, ahead of 8 warps and
+    128x128 tiles).
     The same tiles for d 64 and 128: 2 stages of either fit in shared memory.
     """
     if not args.causal and args.seq_q % 128 == 0 and args.seq_k % 128 == 0:
