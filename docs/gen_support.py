@@ -21,19 +21,28 @@ nvcc to install) are registered from their source tree so their declarations and
 shown; the table says so.
 
 Run it alone to print the page: ``python docs/gen_support.py [--results FILE.xml ...]``.
+
+The op × backend table at the top of the page is :func:`ejkernel.ops.support.support_table`, the
+same one the READMEs hold between ``<!-- support-table:start ... -->`` and
+``<!-- support-table:end -->`` (the root and the core package's README: every op × every backend;
+each backend package's README: the ops it registers). ``python docs/gen_support.py
+--write-readmes`` rewrites those blocks in place; ``tests/test_support_tables.py`` fails while
+one differs from what this generates.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import os
 import sys
 import tomllib
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +105,85 @@ def _repo_plugins() -> Iterable[tuple[str, str, Path]]:
         project = tomllib.loads(pyproject.read_text()).get("project", {})
         for name, target in project.get("entry-points", {}).get("ejkernel.backends", {}).items():
             yield name, target, pyproject.parent / "src"
+
+
+# -- the READMEs' tables ----------------------------------------------------------------------------
+
+README_START = (
+    "<!-- support-table:start: generated from the registry by `python docs/gen_support.py --write-readmes` -->"
+)
+README_END = "<!-- support-table:end -->"
+REGENERATE = "python docs/gen_support.py --write-readmes"
+
+
+@contextlib.contextmanager
+def _repo_sources() -> Iterator[None]:
+    """This repository's backend packages importable, where they are not installed (``ejkernel-cuda``
+    needs nvcc to install), so that their declared ops are read; installed copies come first."""
+    added = [
+        str(src)
+        for _, target, src in _repo_plugins()
+        if importlib.util.find_spec(target.partition(":")[0]) is None and str(src) not in sys.path
+    ]
+    sys.path.extend(added)
+    try:
+        yield
+    finally:
+        for path in added:
+            sys.path.remove(path)
+
+
+def backend_ops() -> dict[str, tuple[str, ...] | None]:
+    """:func:`ejkernel.ops.support.backend_ops`, with this repository's backends importable."""
+    from ejkernel.ops import support
+
+    with _repo_sources():
+        return support.backend_ops()
+
+
+def readme_tables() -> dict[Path, str]:
+    """Each README that holds a support table → the table it must hold."""
+    from ejkernel.ops import support
+
+    by_backend = backend_ops()
+    full = support.support_table(by_backend)
+    out = {ROOT / "README.md": full, ROOT / "packages/ejkernel-core/README.md": full}
+    for name, _, src in _repo_plugins():
+        out[src.parent / "README.md"] = support.backend_table(name, by_backend)
+    return out
+
+
+def replace_block(text: str, table: str, path: Path) -> str:
+    """``text`` with the block between the markers replaced by ``table``."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(
+            f"{path.relative_to(ROOT)} has no support-table block: add the lines {README_START!r} and "
+            f"{README_END!r} where the table goes, then run `{REGENERATE}`"
+        )
+    # Blank lines around the table: Markdown ends a table at one, not at an HTML comment.
+    return text[: start + len(README_START)] + "\n\n" + table + "\n" + text[end:]
+
+
+def stale_readmes() -> list[Path]:
+    """The READMEs whose support table differs from the generated one."""
+    return [
+        path
+        for path, table in readme_tables().items()
+        if replace_block(path.read_text(), table, path) != path.read_text()
+    ]
+
+
+def write_readmes() -> list[Path]:
+    """Rewrite the READMEs' support tables in place; returns the files that changed."""
+    changed = []
+    for path, table in readme_tables().items():
+        text = path.read_text()
+        new = replace_block(text, table, path)
+        if new != text:
+            path.write_text(new)
+            changed.append(path)
+    return changed
 
 
 # -- results ----------------------------------------------------------------------------------------
@@ -350,6 +438,9 @@ def render(sources: list[Source], *, op_pages: str | None = "ops/{op}.md") -> st
     if SOURCE_ERRORS:
         out += ["Plugins of this repository that could not be read:", ""] + [f"- {e}" for e in SOURCE_ERRORS] + [""]
 
+    from ejkernel.ops.support import support_table
+
+    out += ["## Ops by backend", "", support_table(backend_ops())]
     out += ["## Summary", "", "One row per implementation; its configs are added up.", ""]
     head = ["op", "implementation", "platform", "backend", "dtypes", "unsupported features"]
     head += [_col_title(s, suite) for s, suite in columns]
@@ -445,7 +536,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", action="append", default=[], help="a JUnit XML file of the conformance suite")
     parser.add_argument("--manifest", type=Path, default=MANIFEST, help="the committed results (TOML)")
+    parser.add_argument(
+        "--write-readmes", action="store_true", help="rewrite the READMEs' support tables in place (nothing printed)"
+    )
     args = parser.parse_args(argv)
+    if args.write_readmes:
+        for path in write_readmes():
+            print(f"rewrote the support table of {path.relative_to(ROOT)}")
+        return 0
     extra = [*filter(None, os.environ.get(ENV, "").split(os.pathsep)), *args.results]
     sys.stdout.write(render(load_sources(args.manifest, extra), op_pages=None))
     return 0

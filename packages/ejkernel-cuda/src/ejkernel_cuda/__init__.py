@@ -10,20 +10,32 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PRIORITY", "register"]
+__all__ = ["OPS", "PRIORITY", "register"]
 
 # Above the XLA (0) and Triton (100) backends: a hand-written CUDA kernel wins where it accepts a
 # call (for grouped_matmul on an H100: forward+backward 1.5-10 % faster than Triton on the four
 # benchmark shapes; benchmarks/results/h100/grouped_matmul.json).
 PRIORITY = 110
 
+#: The ops this backend implements: ``register`` registers exactly these (through
+#: ``ejkernel.ops.support.register_declared``), and the READMEs' support tables list them from here,
+#: also where the package is not installed (importing it stays cheap: no kernel module is imported).
+OPS = (
+    "page_attention",
+    "grouped_matmul",
+)
+
 
 def register(registry: Any) -> None:
     """Register the CUDA implementations with ``registry`` (the entry point's target)."""
     from ejkernel.ops import Backend, Platform
+    from ejkernel.ops.support import register_declared
 
     from .grouped_matmul import CudaGroupedMatmul
     from .page_attention import CudaPageAttention
 
-    registry.register("page_attention", Platform.CUDA, Backend.GPU, priority=PRIORITY)(CudaPageAttention)
-    registry.register("grouped_matmul", Platform.CUDA, Backend.GPU, priority=PRIORITY)(CudaGroupedMatmul)
+    impls = {
+        "page_attention": CudaPageAttention,
+        "grouped_matmul": CudaGroupedMatmul,
+    }
+    register_declared(registry, OPS, impls, Platform.CUDA, Backend.GPU, PRIORITY)

@@ -12,21 +12,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PRIORITY", "register"]
+__all__ = ["OPS", "PRIORITY", "register"]
 
 PRIORITY = 100
+
+#: The ops this backend implements: ``register`` registers exactly these (through
+#: ``ejkernel.ops.support.register_declared``), and the READMEs' support tables list them from here,
+#: also where the package is not installed (importing it stays cheap: no kernel module is imported).
+OPS = (
+    "flash_attention",
+    "page_attention",
+    "grouped_matmul",
+)
 
 
 def register(registry: Any) -> None:
     """Register the Pallas implementations with ``registry`` (the entry point's target)."""
     from ejkernel.ops import Backend, Platform
+    from ejkernel.ops.support import register_declared
 
     from .tpu.flash_attention import PallasTpuFlashAttention
     from .tpu.grouped_matmul import PallasTpuGroupedMatmul
     from .tpu.page_attention import PallasTpuPageAttention
 
-    registry.register("flash_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuFlashAttention)
-    registry.register("page_attention", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuPageAttention)
-    registry.register("grouped_matmul", Platform.PALLAS, Backend.TPU, priority=PRIORITY)(PallasTpuGroupedMatmul)
+    impls = {
+        "flash_attention": PallasTpuFlashAttention,
+        "page_attention": PallasTpuPageAttention,
+        "grouped_matmul": PallasTpuGroupedMatmul,
+    }
     # No ring_attention: the flash kernels do not provide the log-sum-exp protocol
     # (AttentionImpl.supports_lse) that ejkernel.ops.ring_attention.RingAttentionImpl combines.
+    register_declared(registry, OPS, impls, Platform.PALLAS, Backend.TPU, PRIORITY)

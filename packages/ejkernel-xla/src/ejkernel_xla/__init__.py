@@ -11,15 +11,36 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PRIORITY", "register"]
+__all__ = ["OPS", "PRIORITY", "register"]
 
 PRIORITY = 0
+
+#: The ops this backend implements: ``register`` registers exactly these (through
+#: ``ejkernel.ops.support.register_declared``), and the READMEs' support tables list them from here,
+#: also where the package is not installed (importing it stays cheap: no kernel module is imported).
+OPS = (
+    "attention",
+    "flash_attention",
+    "scaled_dot_product_attention",
+    "page_attention",
+    "state_space_v1",
+    "kernel_delta_attention",
+    "gated_delta_rule",
+    "mean_pooling",
+    "grouped_matmul",
+    "ring_attention",
+    "gla_attention",
+    "lightning_attention",
+    "recurrent_attention",
+    "state_space_v2",
+)
 
 
 def register(registry: Any) -> None:
     """Register the XLA implementations with ``registry`` (the entry point's target)."""
     from ejkernel.ops import Backend, Platform
     from ejkernel.ops.ring_attention import RingAttentionImpl
+    from ejkernel.ops.support import register_declared
 
     from .attention import XlaAttention
     from .flash_attention import XlaFlashAttention
@@ -35,19 +56,20 @@ def register(registry: Any) -> None:
     from .state_space_v1 import XlaStateSpaceV1
     from .state_space_v2 import XlaStateSpaceV2
 
-    registry.register("attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaAttention)
-    registry.register("flash_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaFlashAttention)
-    registry.register("scaled_dot_product_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(
-        XlaScaledDotProductAttention
-    )
-    registry.register("page_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaPageAttention)
-    registry.register("state_space_v1", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaStateSpaceV1)
-    registry.register("kernel_delta_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaKernelDeltaAttention)
-    registry.register("gated_delta_rule", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaGatedDeltaRule)
-    registry.register("mean_pooling", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaMeanPooling)
-    registry.register("grouped_matmul", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaGroupedMatmul)
-    registry.register("ring_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(RingAttentionImpl(registry))
-    registry.register("gla_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaGLAttention)
-    registry.register("lightning_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaLightningAttention)
-    registry.register("recurrent_attention", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaRecurrentAttention)
-    registry.register("state_space_v2", Platform.XLA, Backend.ANY, priority=PRIORITY)(XlaStateSpaceV2)
+    impls = {
+        "attention": XlaAttention,
+        "flash_attention": XlaFlashAttention,
+        "scaled_dot_product_attention": XlaScaledDotProductAttention,
+        "page_attention": XlaPageAttention,
+        "state_space_v1": XlaStateSpaceV1,
+        "kernel_delta_attention": XlaKernelDeltaAttention,
+        "gated_delta_rule": XlaGatedDeltaRule,
+        "mean_pooling": XlaMeanPooling,
+        "grouped_matmul": XlaGroupedMatmul,
+        "ring_attention": RingAttentionImpl(registry),
+        "gla_attention": XlaGLAttention,
+        "lightning_attention": XlaLightningAttention,
+        "recurrent_attention": XlaRecurrentAttention,
+        "state_space_v2": XlaStateSpaceV2,
+    }
+    register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

@@ -1,6 +1,7 @@
 """The ``ejkernel`` command (also ``python -m ejkernel``).
 
 ejkernel info                       installed backends, ops and implementations, devices, cache
+ejkernel info --support-table       the op x backend table (Markdown)
 ejkernel bench OP ...               time every implementation of OP that runs here vs its peers
 ejkernel cache list | clear | path  the persistent config cache
 ejkernel demo                       a tour of the API on the best available backend
@@ -23,6 +24,11 @@ def _console() -> Any:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    if args.support_table:
+        from ejkernel.ops.support import support_table
+
+        sys.stdout.write(support_table())
+        return 0
     import jax
     from rich.markup import escape
     from rich.table import Table
@@ -135,7 +141,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ejkernel", description="ejkernel: fast kernels for JAX")
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("info", help="installed backends and their status, devices, cache").set_defaults(fn=_cmd_info)
+    i = sub.add_parser("info", help="installed backends and their status, devices, cache")
+    i.add_argument(
+        "--support-table",
+        action="store_true",
+        help="print the op x backend table (Markdown) instead: which backend implements which op",
+    )
+    i.set_defaults(fn=_cmd_info)
 
     c = sub.add_parser("cache", help="the persistent config cache")
     c.add_argument("action", choices=("list", "clear", "path"))

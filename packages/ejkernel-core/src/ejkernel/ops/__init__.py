@@ -2,9 +2,10 @@
 
 The ops themselves live in this package too, one folder each (``ejkernel/ops/flash_attention/``,
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
-ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``resources``, ``args``, ``op``, ``impl``,
-``cache``, ``timing``, ``autotune``, ``registry``, ``selection``, ``executor``, ``catalog``,
-``compat`` (the earlier API's names, mapped onto these; also importable from ``ejkernel.ops.utils``).
+ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``resources``,
+``args``, ``op``, ``impl``, ``cache``, ``timing``, ``autotune``, ``registry``, ``selection``,
+``executor``, ``catalog``, ``support`` (the op × backend table), ``compat`` (the earlier API's
+names, mapped onto these; also importable from ``ejkernel.ops.utils``).
 """
 
 from .args import Args, ArgSpec, ShardPlan, array, describe_array, static

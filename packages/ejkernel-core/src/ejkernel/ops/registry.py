@@ -56,31 +56,37 @@ ENTRY_POINT_GROUP = "ejkernel.backends"
 @dataclasses.dataclass(frozen=True)
 class KnownBackend:
     """A first-party backend: its entry-point name (also its ``platform=`` name), its
-    distribution, the command that installs it and what it needs."""
+    distribution, the command that installs it, what it needs, and its package (whose ``OPS``
+    declares the ops it registers, readable when it is not installed: ``ejkernel.ops.support``)."""
 
     name: str
     distribution: str
     install: str
     needs: str = ""
+    module: str = ""
 
 
 KNOWN_BACKENDS: dict[str, KnownBackend] = {
     b.name: b
     for b in (
-        KnownBackend("xla", "ejkernel-xla", "pip install 'ejkernel-core[xla]'", "any device"),
+        KnownBackend("xla", "ejkernel-xla", "pip install 'ejkernel-core[xla]'", "any device", "ejkernel_xla"),
         KnownBackend(
             "triton",
             "ejkernel-triton",
             "pip install 'ejkernel-core[triton]'",
             "an NVIDIA GPU and a CUDA jax: 'ejkernel-core[gpu]' installs both",
+            "ejkernel_triton",
         ),
         KnownBackend(
             "cuda",
             "ejkernel-cuda",
             "pip install 'ejkernel-core[cuda]'",
             "an NVIDIA GPU and a CUDA jax; the wheel compiles with nvcc",
+            "ejkernel_cuda",
         ),
-        KnownBackend("pallas", "ejkernel-pallas", "pip install 'ejkernel-core[tpu]'", "a TPU (or Mosaic GPU)"),
+        KnownBackend(
+            "pallas", "ejkernel-pallas", "pip install 'ejkernel-core[tpu]'", "a TPU (or Mosaic GPU)", "ejkernel_pallas"
+        ),
     )
 }
 
