@@ -27,9 +27,9 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 // The tile configs. Config 0 (shipped): a 128x256x64 CTA tile computed by two consumer warpgroups
 // (cooperative: each holds 64x256 of the float32 accumulator) fed by a TMA producer warpgroup, in
 // 2-CTA clusters along n that multicast the lhs tile: no alternative wins by more than 4 % on any
-// benchmark shape of an H100, and each loses more elsewhere (benchmarks/cuda_gmm_sweep.py;
-// benchmarks/results/h100/grouped_matmul.json, the CUDA tile sweep at 16384x4096x2048 g8,
-// 16384x2048x1536 g64 and 65536x4096x1408 g64): clusters along m (the rhs tile multicast) are 2 %
+// benchmark shape of an H100, and each loses more elsewhere (the tile sweep of commit 1383fba,
+// benchmarks/cuda_gmm_sweep.py there, at 16384x4096x2048 g8, 16384x2048x1536 g64 and
+// 65536x4096x1408 g64): clusters along m (the rhs tile multicast) are 2 %
 // faster on the 65536-row forward and up to 24 % slower elsewhere, 64x256 ping-pong tiles 3-85 %
 // slower, and 256x128 tiles for tgmm (whose M is k: no rows wasted) 4 % faster to 2 % slower.
 //
@@ -38,7 +38,7 @@ using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 //     stores its accumulator fragment: no shared memory, no store tensor map per group);
 //   EpiTile: the TMA epilogue's subtile (Auto: 128x32, 8 per tile with 2 in flight);
 //   kVoidC: no C operand (beta is always 0): no C tensor maps, no source buffers in shared memory.
-// Shipped: no C, 128x64 subtiles, the fastest of the epilogue sweep (configs 1-4, same record):
+// Shipped: no C, 128x64 subtiles, the fastest of the epilogue sweep (configs 1-4, same commit):
 // against CUTLASS's default (C = D, Auto subtiles: config 1) dlhs and tgmm gain 2-5 % and the
 // forward stays within 2 %; 128x128 subtiles (2) and no C with Auto subtiles (4) land in between;
 // the no-smem epilogue (3) loses 16-173 % (one 2-byte store per element).

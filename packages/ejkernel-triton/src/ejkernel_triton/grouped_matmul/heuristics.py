@@ -97,7 +97,7 @@ def heuristic(
     steps, float32 32-deep (same bytes). On Hopper, 16-bit 128-row tiles are 256 columns wide
     with 3 stages (144 KiB of shared memory): more flops per byte loaded than 128x128 with 4
     stages, and faster on the three kernels at all three benchmark shapes of an H100
-    (``benchmarks/grouped_matmul_sweep.py``; ``benchmarks/results/h100/grouped_matmul.json``,
+    (``benchmarks/config_sweep.py grouped_matmul``; ``benchmarks/results/h100/grouped_matmul.json``,
     16384x2048x1536 g64, 16384x4096x2048 g8, 65536x4096x1408 g64). Those wide tiles take a 4th
     stage (192 KiB) when the groups hold fewer than 512 rows each: each group's rhs then streams
     from HBM for only 2-4 row tiles, and a deeper pipeline hides more of that latency (same record,

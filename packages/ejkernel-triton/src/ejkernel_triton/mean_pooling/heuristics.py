@@ -7,7 +7,7 @@ programs. ``BLOCK_D`` = 256 columns gives 512-byte (16-bit) row segments, fully 
 (132 SMs) but never less than 8 steps per program, which keeps the partial sums' traffic
 negligible (one float32 row per item against ``split`` rows read). On an H200 these tiles (32x256,
 4 warps, 3 stages, 16 waves) read 0.92 of a device copy's bandwidth at (262144, 4096) bf16, and
-the sweep's other configs 0.79-0.96 (``benchmarks/pool_ssm1/sweep.py``;
+the sweep's other configs 0.79-0.96 (``benchmarks/config_sweep.py mean_pooling``;
 ``benchmarks/results/h200/mean_pooling.json``).
 """
 
