@@ -3,12 +3,19 @@
 Before JAX is imported: 8 simulated CPU devices (for the sharding tests; computations still run
 on device 0 unless a test shards them) and a private config-cache folder, so the suite never
 reads or writes the user's real cache. Both are set only if the caller has not set them.
+
+The layout: ``tests/framework`` tests the framework itself (registry, configs, policy, caches,
+validation, CLI, compatibility, READMEs); ``tests/ops/<op or family>/`` holds an op's tests
+(``test_conformance.py`` for the shared matrix, the rest by what they test), selected by the
+markers ``gpu``, ``tpu``, ``interpret``, ``distributed`` and ``full``; ``tests/ops/*.py`` are
+the checks over every op (call modes, sharding, declared resources).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -27,6 +34,27 @@ def pytest_addoption(parser):
         metavar="N",
         help="run the first N conformance cases of each test x implementation x config (0: every case)",
     )
+
+
+# The TPU interpreter turns each kernel into a large XLA CPU program (a loop over the grid with a
+# host callback per memory access); compiling it dominates the Pallas interpret-mode tests, and
+# LLVM's optimizations roughly double that time while buying nothing for programs that run for
+# milliseconds. When only the Pallas tests run (the op folders' ``test_pallas_interpret*.py`` and
+# the package's own) and the caller has not chosen an optimization level, XLA's CPU backend is
+# created without them; set before the first computation creates it.
+_PALLAS_INTERPRET_FLAG = "--xla_backend_optimization_level=0"
+_PALLAS_PACKAGE_TESTS = Path(__file__).resolve().parents[1] / "packages" / "ejkernel-pallas" / "tests"
+
+
+def _is_pallas_test(path: Path) -> bool:
+    return path.name.startswith("test_pallas_interpret") or _PALLAS_PACKAGE_TESTS in (path, *path.parents)
+
+
+def pytest_configure(config):
+    paths = [Path(str(a).split("::")[0]).resolve() for a in config.args]
+    flags = os.environ.get("XLA_FLAGS", "")
+    if paths and all(map(_is_pallas_test, paths)) and "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {_PALLAS_INTERPRET_FLAG}".strip()
 
 
 def _sample(config, items):

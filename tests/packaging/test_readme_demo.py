@@ -4,7 +4,7 @@
 the checkout and runs the demo; then the README's python programs, its backend test file (with
 pytest, which must run real cases and fail on a wrong kernel) and its shell commands run with
 that ``.venv`` as the active environment, on the CPU as it comes (one device, no XLA_FLAGS).
-How the blocks group into programs, and which commands other sessions run: ``tests/test_readme.py``.
+How the blocks group into programs, and which commands other sessions run: ``tests/framework/test_readme.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..test_readme import ELSEWHERE, README, commands, programs
+from ..framework.test_readme import ELSEWHERE, README, commands, programs
 from .conftest import sh
 
 pytestmark = pytest.mark.packaging

@@ -1,7 +1,7 @@
 """ejkernel-cuda: the extension, registration and declared capabilities (any machine), and the
 paged decode against the reference on long, ragged, GQA contexts (NVIDIA GPU only).
 
-The shared ``page_attention`` conformance cases (tests/conformance) run this implementation too,
+The shared ``page_attention`` conformance cases (tests/ops/page_attention) run this implementation too,
 with its heuristic and each of its ``test_configs``.
 """
 

@@ -3,7 +3,7 @@ config checks on any machine; on a Hopper GPU the forward and both gradients aga
 float32 reference at sizes that run many tiles per group, empty groups, rows past the groups, an
 expert-parallel slice, a ``[g, n, k]`` rhs, both 16-bit dtypes and every output dtype.
 
-The shared ``grouped_matmul`` conformance cases (tests/conformance) run this implementation too
+The shared ``grouped_matmul`` conformance cases (tests/ops/grouped_matmul) run this implementation too
 where its declaration accepts them (16-bit inputs, k and n multiples of 8).
 """
 
