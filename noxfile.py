@@ -40,7 +40,8 @@ CUDA_BUILD_REQUIREMENTS = f"{CUDA_PACKAGE}/build-requirements.txt"
 
 
 # The quick suite: every test but the slow ones, of the conformance matrix the first QUICK_SAMPLE
-# cases of each test x implementation x config (cases are ordered basic-first), no CUDA build.
+# cases of each test x implementation x config (cases are ordered basic-first), no CUDA build. The
+# tests of Triton's interpreter skip themselves without TRITON_INTERPRET=1 (``triton_interpret``).
 QUICK_SAMPLE = "2"
 QUICK_ARGS = ["-m", "not slow and not full and not packaging", "tests", "packages/ejkernel-pallas/tests"]
 
@@ -75,9 +76,14 @@ def _cuda_archs() -> str:
     return os.environ.get("EJKERNEL_CUDA_ARCHS", "80-real;90a-real;90-virtual")
 
 
-# Each backend package keeps its own tests next to it; CI runs them with the shared suite
-# (the Pallas kernels run in TPU interpret mode on the CPU).
+# Each backend package keeps the tests of its own machinery (registration, build, FFI) next to it;
+# CI runs them with the shared suite. The backends' op tests are in tests/ops/<op or family>/.
 PACKAGE_TESTS = ["packages/ejkernel-cuda/tests", "packages/ejkernel-pallas/tests"]
+
+
+def _op_tests(pattern: str) -> list[str]:
+    """The op folders' test files named ``pattern`` (``tests/ops/**/<pattern>``), repository-relative."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "ops").rglob(pattern))
 
 
 def _workers() -> str:
@@ -201,7 +207,8 @@ def packaging(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def triton_interpret(session: nox.Session) -> None:
     """The Triton kernels and their host wrappers on the CPU, in Triton's interpreter (in CI: no
-    other session runs the Triton kernels; ~9 minutes on 2 cores).
+    other session runs the Triton kernels; ~9 minutes on 2 cores): the ``interpret`` tests of
+    ``tests/ops/**/test_triton_interpret*.py``, which skip themselves without ``TRITON_INTERPRET=1``.
 
     Needs a CPU build of PyTorch (the interpreter takes torch tensors): ``torch==2.13.0`` as this
     workplace's machines carry it for Python 3.11. NumPy stays below 2.3, whose stricter scalar
@@ -218,7 +225,9 @@ def triton_interpret(session: nox.Session) -> None:
         _workers(),
         "-W",
         "ignore::DeprecationWarning:triton.runtime.interpreter",
-        "packages/ejkernel-triton/tests",
+        "-m",
+        "interpret and not full",
+        *_op_tests("test_triton_interpret*.py"),
         env={"TRITON_INTERPRET": "1"},
         success_codes=PYTEST_OK,
     )
@@ -272,7 +281,7 @@ def docs(session: nox.Session) -> None:
             "-n",
             _workers(),
             f"--junitxml={results}",
-            "tests/conformance/test_conformance.py",
+            *_op_tests("test_conformance.py"),
             env={"PYTHONPATH": "docs"},
             success_codes=[0, 1],  # failures are shown in the table, not hidden by a failed build
         )

@@ -3,7 +3,7 @@
 Nothing in the table is written by hand. Ops come from :func:`ejkernel.ops.list_ops`, their
 implementations and what each declares (platform, backend, dtypes, size limits, unsupported
 features) from :data:`ejkernel.ops.kernel_registry`, and the conformance counts from JUnit XML
-files of ``tests/conformance/test_conformance.py``:
+files of the conformance suite (``tests/ops/<op or family>/test_conformance.py``):
 
 - the records listed in ``docs/conformance_results.toml`` (committed runs, e.g. on an H200);
 - the files named in ``$EJKERNEL_DOCS_RESULTS`` (``os.pathsep``-separated), e.g. the CPU run
@@ -26,7 +26,7 @@ The op × backend table at the top of the page is :func:`ejkernel.ops.support.su
 same one the READMEs hold between ``<!-- support-table:start ... -->`` and
 ``<!-- support-table:end -->`` (the root and the core package's README: every op × every backend;
 each backend package's README: the ops it registers). ``python docs/gen_support.py
---write-readmes`` rewrites those blocks in place; ``tests/test_support_tables.py`` fails while
+--write-readmes`` rewrites those blocks in place; ``tests/framework/test_support_tables.py`` fails while
 one differs from what this generates.
 """
 
@@ -404,7 +404,7 @@ def render(sources: list[Source], *, op_pages: str | None = "ops/{op}.md") -> st
         "# Support: ops × backends",
         "",
         "Generated at build time (`docs/gen_support.py`) from the registry's declarations and the results of",
-        "the conformance suite (`tests/conformance/test_conformance.py`); nothing here is written by hand.",
+        "the conformance suite (`tests/ops/<op or family>/test_conformance.py`); nothing here is written by hand.",
         "A conformance test either **ran** (output and gradients matched the float32 reference) or",
         "**declined** (raised `UnsupportedError` with the reason its declaration gives, as it must: e.g. a",
         "GPU kernel on a CPU, or an unsupported feature). Implementations, configs and cases a results file",

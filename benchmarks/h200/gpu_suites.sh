@@ -4,7 +4,8 @@
 #   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
 #   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, CUDA
 #          page attention), forward and gradients; junit XML
-#   gpu    tests/gpu (TMA forwards, every head dim; GPU_TESTS picks files; not the autotune test: STAGES=tune)
+#   gpu    the op folders' GPU tests (tests/ops/**/*gpu.py: TMA forwards, every head dim, realistic tiles, the
+#          ring on every GPU; GPU_TESTS picks files; not the autotune test: STAGES=tune)
 #   lse    the log-sum-exp protocol (ring attention's inner kernels)
 #   cuda   the ejkernel-cuda package's own tests
 #   tune   autotune persistence across processes
@@ -49,8 +50,8 @@ if [[ $stages == *" build "* ]]; then
   echo "cuda build: $(( $(date +%s) - t0 )) s"
 fi
 if [[ $stages == *" calls "* ]]; then
-  gpu_pytest ${CALLS_S:-360} tests/gpu/test_default_calls_gpu.py tests/gpu/test_call_modes_gpu.py \
-    tests/gpu/test_grouped_matmul_out_dtype_gpu.py packages/ejkernel-cuda/tests/test_cuda.py \
+  gpu_pytest ${CALLS_S:-360} tests/ops/test_default_calls_gpu.py tests/ops/test_call_modes_gpu.py \
+    tests/ops/grouped_matmul/test_out_dtype_gpu.py packages/ejkernel-cuda/tests/test_cuda.py \
     -n ${WORKERS:-14} --durations=10 -v > "$out/calls.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/calls.txt" | tail -30
 fi
@@ -68,16 +69,18 @@ if [[ $stages == *" firstbench "* ]]; then
   tail -16 "$out/page_layouts.txt"
 fi
 if [[ $stages == *" conf "* ]]; then
-  gpu_pytest ${CONF_S:-420} tests/conformance -k "triton or cuda" -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
+  gpu_pytest ${CONF_S:-420} tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
+    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py -k "triton or cuda" \
+    -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
 fi
 if [[ $stages == *" gpu "* ]]; then
-  gpu_pytest ${GPU_S:-420} ${GPU_TESTS:-tests/gpu} -k "not autotune" -n ${WORKERS:-14} --durations=5 > "$out/gpu_tests.txt" 2>&1
+  gpu_pytest ${GPU_S:-420} ${GPU_TESTS:-tests/ops/*gpu.py tests/ops/*/*gpu.py} -k "not autotune" -n ${WORKERS:-14} --durations=5 > "$out/gpu_tests.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_tests.txt" | tail -12
 fi
 if [[ $stages == *" lse "* ]]; then
-  gpu_pytest ${LSE_S:-120} tests/distributed/test_lse_protocol.py -n 2 > "$out/lse.txt" 2>&1
+  gpu_pytest ${LSE_S:-120} tests/ops/ring_attention/test_lse_protocol.py -n 2 > "$out/lse.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/lse.txt" | tail -4
 fi
 if [[ $stages == *" cuda "* ]]; then
@@ -85,7 +88,7 @@ if [[ $stages == *" cuda "* ]]; then
   grep -E "passed|failed|FAILED|Error" "$out/cuda_tests.txt" | tail -8
 fi
 if [[ $stages == *" tune "* ]]; then
-  gpu_pytest ${TUNE_S:-300} tests/gpu/test_autotune_gpu.py -rfP -n 2 > "$out/autotune.txt" 2>&1
+  gpu_pytest ${TUNE_S:-300} tests/framework/test_autotune_gpu.py -rfP -n 2 > "$out/autotune.txt" 2>&1
   grep -E "\[autotune|passed|failed" "$out/autotune.txt" | tail -6
 fi
 if [[ $stages == *" bench "* ]]; then
