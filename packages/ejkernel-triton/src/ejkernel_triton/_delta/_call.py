@@ -241,7 +241,7 @@ def triton_delta_rule(c: M.Chunks, x: M.Intra, dtype: Any, *, block_v: int, num_
 
 # The intra-chunk products' operands for bfloat16 inputs ("tf32" or "bf16", fla's choice): half the
 # shared memory and registers of TF32, within the conformance tolerances on a GPU
-# (tests/conformance/test_delta_rule.py).
+# (tests/ops/delta_rule/test_conformance.py).
 INTRA_OPERANDS = "bf16"
 # Warps of the intra-chunk kernels (one program per chunk). Four where the kernel fits two programs
 # per SM that way (sm_90, 64-token chunks, head dim 128: the inverse 237 registers, the forward 252,

@@ -9,7 +9,7 @@ of those four tiles in the inputs' dtype, ``SCALE`` the largest ratio of Triton 
 ``metadata.shared`` to ``T`` over the heuristic and autotuning spaces (chunks 16-128, value blocks
 32-128, 4 and 8 warps, head dims 64-256, 16- and 32-bit inputs, scalar and per-channel gates) for
 sm_80/86 and for sm_90 (whose wgmma layouts take more), rounded up; the suite recompiles a sample
-(``tests/core/test_kernel_resources.py``).
+(``tests/ops/test_kernel_resources.py``).
 """
 
 from __future__ import annotations
