@@ -2,7 +2,7 @@
 
 The READMEs' support tables and the docs site's support page are rendered here, so they list
 what the code registers rather than what someone remembered to write (``python
-docs/gen_support.py --write-readmes`` rewrites the READMEs' tables; ``tests/test_support_tables.py``
+docs/gen_support.py --write-readmes`` rewrites the READMEs' tables; ``tests/framework/test_support_tables.py``
 fails when one differs). ``ejkernel info --support-table`` prints the table of this installation.
 
 The columns are the first-party backends (:data:`~ejkernel.ops.registry.KNOWN_BACKENDS`), whether
