@@ -12,8 +12,8 @@ import importlib
 import sys
 from typing import Any
 
+from ...compat.ops import module_getattr
 from ...ops.catalog import load_builtin_ops, op_exports
-from ...ops.compat import module_getattr
 from ...ops.op import list_ops, op_class
 from . import configs
 

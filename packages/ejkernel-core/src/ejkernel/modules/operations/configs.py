@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...compat.ops import BwdParams, FwdParams, module_getattr, operation_configs
 from ...ops.catalog import load_builtin_ops
-from ...ops.compat import BwdParams, FwdParams, module_getattr, operation_configs
 from ...ops.config import OpConfig
 
 load_builtin_ops()
