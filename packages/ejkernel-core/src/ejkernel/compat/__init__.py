@@ -5,9 +5,11 @@ of earlier releases (:mod:`ejkernel._compat_loader` lists the names the core for
 imports one of their paths, and then installs what those names need into the core:
 
 - :mod:`ejkernel.compat.ops`: the earlier ``ejkernel.ops`` API (``Kernel``, ``Tuner``,
-  ``autotune``, ...), served by ``ejkernel.ops`` and ``ejkernel.ops.compat``, its paths
-  ``ejkernel.ops.utils[...]`` and ``ejkernel.modules.operations[...]``, and the op configs'
-  earlier field names (``GLAttentionConfig(block_q=64)``);
+  ``autotune``, ...), served by ``ejkernel.ops``, ``ejkernel.ops.compat`` and the re-exports of
+  ``ejkernel.ops.utils[...]``, and the op configs' earlier field names
+  (``GLAttentionConfig(block_q=64)``);
+- :mod:`ejkernel.compat.operations` and :mod:`ejkernel.compat.operation_configs`: the earlier
+  paths ``ejkernel.modules.operations[.configs|.<op>]``;
 - :mod:`ejkernel.compat.kernels`: the earlier private kernel paths
   ``ejkernel.kernels._<backend>.<op>`` (installed by ``import ejkernel.kernels``);
 - :mod:`ejkernel.compat.mask_info`: ``MaskInfo``'s older members (``apply_causal``,
