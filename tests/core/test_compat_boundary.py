@@ -56,6 +56,10 @@ def test_import_and_a_plain_call_leave_compat_unloaded():
     mi = ejkernel.MaskInfo.from_segments(seg).with_causal()
     out = ejkernel.flash_attention(q, k, v, mask_info=mi)
     assert out.shape == q.shape and bool(jnp.isfinite(out).all())
+    lens = jnp.array([24, 17], jnp.int32)  # per-example lengths: padding segments built into the MaskInfo
+    out = ejkernel.scaled_dot_product_attention(q, k, v, None, lens, lens, causal=True)
+    ref = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lens, key_value_seq_lengths=lens, is_causal=True)
+    assert float(jnp.abs(out - ref).max()) < 1e-4, float(jnp.abs(out - ref).max())
     """
     assert compat_modules_after(code) == []
 
