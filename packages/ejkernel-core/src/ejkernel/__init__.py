@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 from typing import Any
 
-from . import errors, ops, types
+from . import _compat_loader, errors, ops, types
 from .errors import ConfigResolutionError, NoImplementationError, UnsupportedError
 from .ops import (
     Backend,
@@ -78,6 +78,8 @@ def __getattr__(name: str) -> Any:
     exports = op_exports()  # ops defined after import (a plugin's, a test's)
     if name in exports:
         return exports[name]
+    if name == "compat":  # the earlier releases' API, imported on first use (ejkernel._compat_loader)
+        return _compat_loader.load()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -4,44 +4,22 @@ The ops themselves live in this package too, one folder each (``ejkernel/ops/fla
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
 ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``resources``,
 ``args``, ``op``, ``impl``, ``cache``, ``timing``, ``autotune``, ``registry``, ``selection``,
-``executor``, ``catalog``, ``support`` (the op × backend table), ``compat`` (the earlier API's
-names, mapped onto these; also importable from ``ejkernel.ops.utils``).
+``executor``, ``catalog``, ``support`` (the op × backend table).
+
+The earlier ``ejkernel.ops`` API's names (``Kernel``, ``Tuner``, ``autotune``, ...) are served
+from :mod:`ejkernel.compat.ops`, which is imported the first time one of them is read. Its
+``benchmark`` function is ``ejkernel.ops.compat.benchmark``: ``ejkernel.ops.benchmark`` is the op
+benchmark suite (``ejkernel bench``).
 """
 
+from typing import Any
+
+from .. import _compat_loader
 from .args import Args, ArgSpec, ShardPlan, array, describe_array, static
 from .autotune import Autotuner, CandidateResult, TuneResult
 from .cache import SCHEMA_VERSION, CacheRecord, ConfigCache, PersistentCache, cache_key
 from .catalog import load_builtin_ops, op_exports
 from .checks import ValueRule, checks, checks_enabled, enforce
-
-# The earlier ejkernel.ops API (see ejkernel.ops.compat); its names that do not map raise an
-# ImportError saying what to use. Its `benchmark` function is ejkernel.ops.compat.benchmark here:
-# ejkernel.ops.benchmark is the op benchmark suite (`ejkernel bench`).
-from .compat import (
-    AutotunePolicy,
-    Cfg,
-    ConfigChooser,
-    Invocation,
-    Kernel,
-    Out,
-    Tuner,
-    abstractify,
-    autotune,
-    default_key_builder_with_sharding,
-    device_kind,
-    forward_autotune_only,
-    from_json,
-    get_device_platform,
-    overlay_cache,
-    pmap_with_config,
-    policy_override,
-    sharding_fingerprint,
-    short_hash,
-    stable_json,
-    to_json,
-    vmap_with_config,
-)
-from .compat import module_getattr as _module_getattr
 from .config import BwdParams, FwdParams, OpConfig, tile
 from .device import DeviceInfo, device_fingerprint, device_for_arrays
 from .executor import (
@@ -62,6 +40,10 @@ from .registry import BackendInfo, KernelRegistry, kernel_registry
 from .resources import DeviceProfile, Need, profile_for
 from .selection import ConfigSelectorChain, Tier, current_overlay, overlay, resolve_config
 from .timing import device_ms, time_callable
+
+# ``ejkernel.ops.autotune`` is the earlier API's decorator (see __getattr__), as it was, not the
+# submodule of the same name that the import above bound here.
+globals().pop("autotune", None)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -129,6 +111,7 @@ __all__ = [
     "tile",
     "time_callable",
 ]
+# The earlier API's names: reading one loads ejkernel.compat (see __getattr__).
 __all__ += [
     "AutotunePolicy",
     "Cfg",
@@ -153,4 +136,12 @@ __all__ += [
     "vmap_with_config",
 ]
 
-__getattr__ = _module_getattr(__name__)
+
+def __getattr__(name: str) -> Any:
+    if name in _compat_loader.OPS_NAMES:
+        return _compat_loader.load().ops.ops_getattr(name)
+    if name == "compat":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.compat")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from .. import _compat_loader
+
 __all__ = ["BwdParams", "FwdParams", "OpConfig", "check_positive_int", "tile"]
 
 C = TypeVar("C", bound="_Serializable")
@@ -195,14 +197,13 @@ def _init_fields(cls: type) -> frozenset[str]:
 
 class _OpConfigType(type):
     """Builds an op config from earlier releases' field names too (``GLAttentionConfig(block_q=64)``):
-    keywords that are not fields of the class go through :func:`ejkernel.ops.compat.earlier_config_fields`,
-    which maps them onto fields, drops those that only tuned earlier kernels, or raises."""
+    keywords that are not fields of the class go through the translation that
+    :mod:`ejkernel.compat` installs (loaded then), which maps them onto fields, drops those that
+    only tuned earlier kernels, or raises."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if not kwargs.keys() <= _init_fields(cls):
-            from .compat import earlier_config_fields
-
-            kwargs = earlier_config_fields(cls, kwargs)
+            kwargs = _compat_loader.config_fields(cls, kwargs)
         return super().__call__(*args, **kwargs)
 
 

@@ -106,9 +106,9 @@ def _platform_name(value: Any) -> str | None:
 class Executor:
     """Runs ops: ``executor(FlashAttention(), q, k, v, causal=True)``.
 
-    It also runs user-defined :class:`~ejkernel.ops.compat.Kernel` subclasses (the earlier API:
+    It also runs user-defined :class:`~ejkernel.compat.ops.Kernel` subclasses (the earlier API:
     ``executor(MyKernel(), a, b)``), which choose their config from the chain's in-memory cache
-    (see :mod:`ejkernel.ops.compat`); :meth:`choose_config` tells the config a call would use.
+    (see :mod:`ejkernel.compat.ops`); :meth:`choose_config` tells the config a call would use.
 
     Args:
         chain: config resolution (default: a chain with fresh in-memory cache and the default
@@ -141,7 +141,7 @@ class Executor:
         config each shard runs with). The call is evaluated abstractly (``jax.eval_shape``), so
         the choice is the call's own, tiers and implementation included; nothing is compiled or
         run, except autotuning when the policy asks for it, as at the call. For a
-        :class:`~ejkernel.ops.compat.Kernel`: the config its ``run`` would get.
+        :class:`~ejkernel.compat.ops.Kernel`: the config its ``run`` would get.
         """
         if not isinstance(op, Op):
             return _kernel_hook(op, "_ejk_choose_with")(self, args, {**kwargs, "cfg": cfg})
@@ -158,7 +158,7 @@ class Executor:
         function that runs ``op`` with it: ``f = executor.compile(op, q, k, v, causal=True)``,
         then ``f(q, k, v)``. The options (keywords) are fixed at compile time; the returned
         function takes the arrays (positionally, or array keywords). Works for ops and for
-        :class:`~ejkernel.ops.compat.Kernel` subclasses (whose ``run`` gets the config).
+        :class:`~ejkernel.compat.ops.Kernel` subclasses (whose ``run`` gets the config).
         """
         chosen = self.choose_config(op, *example_args, cfg=cfg, **options)
         if isinstance(op, Op):

@@ -260,7 +260,7 @@ def lengths_mask_info(op: str, query: Any, key: Any, q_lens: Any, k_lens: Any, m
         elif tuple(seg.shape) != (b, n):
             raise ValueError(f"{op}: mask_info {name} {shape_str(seg)} must be [batch, seq] = {(b, n)}")
         ids.append(jnp.where(valid_side, seg, -1).astype(jnp.int32))
-    return mask_info.replace(q_segment_ids=ids[0], kv_segment_ids=ids[1])
+    return mask_info._evolve(q_segment_ids=ids[0], kv_segment_ids=ids[1])
 
 
 def earlier_attention_mask(op: str, mask: Any, query: Any, key: Any) -> MaskInfo:

@@ -1,11 +1,11 @@
 """The earlier import path ``ejkernel.ops.utils`` (ejkernel 0.0.16), kept for existing code.
 
-Its names are those of :mod:`ejkernel.ops.compat`; ``FwdParams``/``BwdParams`` here take the
+Its names are those of :mod:`ejkernel.compat.ops`; ``FwdParams``/``BwdParams`` here take the
 earlier field names (:mod:`ejkernel.ops.utils.datacarrier`). The HLO-label helpers (``label``,
 ``labels_to_configs``, ...) are gone: importing one raises an ImportError saying what to use.
 """
 
-from ..compat import (
+from ...compat.ops import (
     abstractify,
     default_key_builder_with_sharding,
     device_kind,

@@ -1,6 +1,6 @@
-"""The earlier import path ``ejkernel.ops.utils.fingerprint`` (see :mod:`ejkernel.ops.compat`)."""
+"""The earlier import path ``ejkernel.ops.utils.fingerprint`` (see :mod:`ejkernel.compat.ops`)."""
 
-from ..compat import (
+from ...compat.ops import (
     abstractify,
     default_key_builder_with_sharding,
     device_kind,

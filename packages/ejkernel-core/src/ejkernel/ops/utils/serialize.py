@@ -1,5 +1,5 @@
-"""The earlier import path ``ejkernel.ops.utils.serialize`` (see :mod:`ejkernel.ops.compat`)."""
+"""The earlier import path ``ejkernel.ops.utils.serialize`` (see :mod:`ejkernel.compat.ops`)."""
 
-from ..compat import from_json, to_json
+from ...compat.ops import from_json, to_json
 
 __all__ = ["from_json", "to_json"]
