@@ -659,6 +659,7 @@ def test_datacarrier_ignored_refused_and_conflicting_fields():
 
 def test_datacarrier_params_configure_an_op(executor):
     from ejkernel.modules.operations.configs import FlashAttentionConfig as EarlierPathConfig
+
     from ejkernel.ops.utils.datacarrier import BwdParams, FwdParams
 
     assert EarlierPathConfig is FlashAttentionConfig
