@@ -39,11 +39,8 @@ CUDA_PACKAGE = "packages/ejkernel-cuda"
 CUDA_BUILD_REQUIREMENTS = f"{CUDA_PACKAGE}/build-requirements.txt"
 
 
-# The quick suite: every test but the slow ones, of the conformance matrix the first QUICK_SAMPLE
-# cases of each test x implementation x config (cases are ordered basic-first), no CUDA build. The
-# tests of Triton's interpreter skip themselves without TRITON_INTERPRET=1 (``triton_interpret``).
-QUICK_SAMPLE = "2"
-QUICK_ARGS = ["-m", "not slow and not full and not packaging", "tests", "packages/ejkernel-pallas/tests"]
+# The quick suite: ``pytest --quick`` (tests/conftest.py says what it holds; no CUDA build).
+QUICK_ARGS = ["tests", "packages/ejkernel-pallas/tests"]
 
 
 def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -> None:
@@ -92,9 +89,9 @@ def _workers() -> str:
 
 def _quick(session: nox.Session, jax_pins: list[str]) -> None:
     _install(session, jax_pins)
-    sample = os.environ.get("EJKERNEL_TEST_SAMPLE", QUICK_SAMPLE)
-    args = session.posargs or QUICK_ARGS
-    session.run("pytest", "-n", _workers(), f"--sample={int(sample)}", "--durations=10", *args, success_codes=PYTEST_OK)
+    sample = os.environ.get("EJKERNEL_TEST_SAMPLE")
+    args = [*([f"--sample={int(sample)}"] if sample else []), *(session.posargs or QUICK_ARGS)]
+    session.run("pytest", "-n", _workers(), "--quick", "--durations=10", *args, success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.12")
@@ -111,7 +108,9 @@ def tests(session: nox.Session) -> None:
     built first (its own tests need it; on a CPU machine they check the build and the declarations)."""
     _install(session, JAX_CURRENT, cuda=True)
     paths = session.posargs or ["tests", *PACKAGE_TESTS]
-    session.run("pytest", "-n", _workers(), "--durations=15", *paths, success_codes=PYTEST_OK)
+    # CI runs the quick suite first: EJKERNEL_AFTER_QUICK=1 runs only what it left out.
+    after = ["--after-quick"] if os.environ.get("EJKERNEL_AFTER_QUICK") == "1" else []
+    session.run("pytest", "-n", _workers(), "--durations=15", *after, *paths, success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.12")

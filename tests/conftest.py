@@ -25,15 +25,27 @@ import collections
 
 import pytest
 
+# The quick suite (``--quick``, the README's test command): the tests under tests/ and the Pallas
+# package's own, without these markers, and of each conformance matrix the first QUICK_SAMPLE cases
+# of each test x implementation x config. ``--after-quick`` runs what ``--quick`` leaves out (CI runs
+# both, the quick suite first).
+QUICK_SKIPS = ("slow", "distributed", "interpret")
+QUICK_SAMPLE = 1
+_TESTS = Path(__file__).resolve().parent
+
 
 def pytest_addoption(parser):
     parser.addoption(
         "--sample",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="run the first N conformance cases of each test x implementation x config (0: every case)",
+        help="run the first N conformance cases of each test x implementation x config (0: every case; "
+        f"--quick takes {QUICK_SAMPLE})",
     )
+    group = parser.getgroup("ejkernel")
+    group.addoption("--quick", action="store_true", help="the quick suite (tests/conftest.py says what it holds)")
+    group.addoption("--after-quick", action="store_true", help="every selected test that --quick leaves out")
 
 
 # The TPU interpreter turns each kernel into a large XLA CPU program (a loop over the grid with a
@@ -57,35 +69,60 @@ def pytest_configure(config):
         os.environ["XLA_FLAGS"] = f"{flags} {_PALLAS_INTERPRET_FLAG}".strip()
 
 
-def _sample(config, items):
-    """``--sample=N``: of the items parametrized with a conformance ``Param`` (or an ``impl`` and a
-    ``case``), the first N of each test function x op x implementation x config; the others are
-    deselected. Cases are ordered basic-first in each op's ``cases.py``, so a sample still covers
-    every op, implementation and config."""
-    n = config.getoption("sample")
-    if not n:
-        return
+def _sample_key(item):
+    """The conformance key of a parametrized item (test function, op, implementation[, config]),
+    or ``None`` for an item not parametrized by a conformance ``Param`` or an ``impl`` and a ``case``."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    param, impl = params.get("param"), params.get("impl")
+    if param is not None and hasattr(param, "impl"):
+        return (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
+    if impl is not None and "case" in params:
+        return (item.originalname, impl.op_name, impl.name)
+    return None
+
+
+def _in_sample(items, n):
+    """Whether each item is among the first ``n`` of its conformance key (items without one: yes).
+    Cases are ordered basic-first in each op's ``cases.py``, so a sample still covers every op,
+    implementation and config."""
     seen = collections.Counter()
-    keep, drop = [], []
+    out = []
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        param, impl = params.get("param"), params.get("impl")
-        if param is not None and hasattr(param, "impl"):
-            key = (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
-        elif impl is not None and "case" in params:
-            key = (item.originalname, impl.op_name, impl.name)
-        else:
-            keep.append(item)
-            continue
-        seen[key] += 1
-        (keep if seen[key] <= n else drop).append(item)
+        key = _sample_key(item)
+        if key is not None:
+            seen[key] += 1
+        out.append(key is None or not n or seen[key] <= n)
+    return out
+
+
+def _is_quick(item, in_sample):
+    path = Path(str(item.path)).resolve()
+    under = _TESTS in path.parents or _PALLAS_PACKAGE_TESTS in path.parents
+    return under and in_sample and not any(m in item.keywords for m in QUICK_SKIPS)
+
+
+def _select(config, items):
+    """``--sample=N``, ``--quick`` and ``--after-quick``: deselect what they leave out."""
+    quick, after = config.getoption("quick"), config.getoption("after_quick")
+    if quick and after:
+        raise pytest.UsageError("--quick and --after-quick select complementary sets: pass one")
+    n = config.getoption("sample")
+    if n is None:
+        n = QUICK_SAMPLE if quick or after else 0
+    sampled = _in_sample(items, n)
+    if quick or after:
+        keep_flags = [_is_quick(item, s) == quick for item, s in zip(items, sampled, strict=True)]
+    else:
+        keep_flags = sampled
+    keep = [item for item, k in zip(items, keep_flags, strict=True) if k]
+    drop = [item for item, k in zip(items, keep_flags, strict=True) if not k]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
 def pytest_collection_modifyitems(config, items):
-    _sample(config, items)
+    _select(config, items)
     try:
         import jax
     except ImportError:  # the packaging session runs without JAX in its own environment

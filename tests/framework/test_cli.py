@@ -32,6 +32,7 @@ def test_info_runs_as_module_and_console_script():
     assert res.returncode == 0 and "bench" in res.stdout
 
 
+@pytest.mark.slow
 def test_bench_attention_json_and_plot(tmp_path, capsys):
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
     code = main(
@@ -58,6 +59,7 @@ def test_bench_attention_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_bench_json_is_on_disk_after_each_record(tmp_path, monkeypatch):
     """A run cut short (a device call's time limit) keeps what it measured: the file holds every
     record so far after each one, written whole (never half a file, no temporary left)."""

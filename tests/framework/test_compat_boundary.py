@@ -72,6 +72,7 @@ def test_importtime_lists_no_compat_module():
     assert [m for m in imported if m.startswith("ejkernel.compat")] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [

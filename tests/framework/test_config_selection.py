@@ -219,6 +219,7 @@ def test_autotune_with_every_candidate_failing_falls_back(persistent, caplog):
         call(ex, *qkv(seq=42))
 
 
+@pytest.mark.slow
 def test_autotune_forward_backward_on_the_real_kernel(executor, persistent):
     with policy(autotune=True, autotune_mode="fwdbwd", autotune_repeats=1):
         _, d = call(executor, *qkv(seq=300))
@@ -227,6 +228,7 @@ def test_autotune_forward_backward_on_the_real_kernel(executor, persistent):
     assert rec["mode"] == "fwdbwd" and rec["candidates"] > 1
 
 
+@pytest.mark.slow
 def test_second_process_reuses_the_tuned_config(tmp_path):
     code = textwrap.dedent(
         """

@@ -27,6 +27,7 @@ def qkv():
     return normal(0, (1, 37, 4, 16)), normal(1, (1, 37, 2, 16)), normal(2, (1, 37, 2, 16))
 
 
+@pytest.mark.slow
 def test_arrays_by_position_in_the_documented_order(qkv):
     q, k, v = qkv
     bias = normal(3, (1, 4, 37, 37))
@@ -45,6 +46,7 @@ def test_arrays_by_position_in_the_documented_order(qkv):
     close(sdpa, ref, 1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_cum_seqlens_are_per_example_lengths(causal):
     """Earlier releases passed ``cum_seqlens_q/k`` to ``jax.nn.dot_product_attention`` as
@@ -163,6 +165,7 @@ def paged(h=8, hk=2, block_size=16, d=32):
     return q, kc, vc, lens, tables
 
 
+@pytest.mark.slow
 def test_page_cache_layouts():
     q, kc, vc, lens, tables = paged()  # 8 query heads, block 16, 2 kv heads
     ref = page_attention_reference(q, kc, vc, lens, tables)
@@ -226,6 +229,7 @@ def test_one_dimensional_sinks_of_another_length_are_shared_by_every_head(qkv):
 # -- ring_attention ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ring_earlier_blockwise_parameters():
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
@@ -254,6 +258,7 @@ def test_ring_earlier_blockwise_parameters():
             ejkernel.ring_attention(q, k, v, **run, **option)
 
 
+@pytest.mark.slow
 def test_ring_causal_block_size_means_causal_and_sinks_widen_the_window():
     """The earlier blockwise ring was causal when given ``causal_block_size`` (it had no
     ``causal``); ``attention_sink_size`` exempts the first keys from the window only."""
@@ -379,6 +384,7 @@ def test_attention_softmax_dtype(qkv):
 # -- ring_attention without axis_name ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ring_axis_name_is_optional():
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
@@ -398,6 +404,7 @@ def test_ring_axis_name_is_optional():
     close(g, jax.grad(lambda q: ref_fn(q, k, v).sum())(q), 1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")
 def test_ring_under_an_ambient_mesh():
     """Earlier releases' ``with mesh: ring_attention(q, k, v, axis_name="sp")`` on global arrays."""

@@ -174,6 +174,7 @@ ITEMS = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.name)
 def test_each_item_is_compatible_or_on_the_migration_page(item):
     item.check()

@@ -62,6 +62,7 @@ def marks(path: Path) -> list[pytest.MarkDecorator]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [pytest.param(p, marks=marks(p), id=p.stem) for p in example_files()])
 def test_spec_example_runs(path, monkeypatch):
     import jax

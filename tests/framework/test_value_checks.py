@@ -120,6 +120,7 @@ def test_plain_jit_raises_from_inside_with_checks_on(name, fn, good, bad, msg):
     assert "ValueError" in str(info.value) or isinstance(info.value, ValueError)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fn", "good", "bad", "msg"), CASES, ids=IDS)
 def test_checkify_mode_functionalizes_the_check(name, fn, good, bad, msg):
     with ejkernel.checks("checkify"):

@@ -26,6 +26,7 @@ def _params():
                 yield pytest.param(impl, case, id=f"{op}-{impl.name}-{case.name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("impl", "case"), list(_params()))
 def test_call_modes(impl, case):
     assert C.check_impl(impl, case, modes=C.call_modes(impl.op_name)) == "ok"

@@ -181,6 +181,7 @@ def test_every_heuristic_config_fits_every_device_profile(op):
         assert checked
 
 
+@pytest.mark.slow
 def test_grouped_matmul_float32_output_runs_one_program_per_tile_where_the_persistent_epilogue_does_not_fit():
     """The default output (float32) at the benchmark shapes on Hopper: where bf16 outputs take the
     persistent 128x256x64 3-stage grid (groups of 512+ rows), a float32 output's epilogue tile

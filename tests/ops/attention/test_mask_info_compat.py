@@ -221,6 +221,7 @@ def test_mask_to_segment_ids_documented_example():
     assert q_ids.shape == kv_ids.shape == (1, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sq", "sk"), [(7, 5), (9, 45), (33, 70)])
 def test_mask_to_segment_ids_random(rng, sq, sk):
     m3 = np.stack([rows_from_pool(rng, sq, sk) for _ in range(3)])
@@ -851,6 +852,7 @@ def close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sq", "sk"), [(13, 13), (7, 19)])
 def test_flash_attention_with_compat_mask_infos(rng, sq, sk):
     q, k, v = qkv(rng, sq, sk)

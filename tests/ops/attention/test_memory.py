@@ -29,6 +29,7 @@ def temp_bytes(attention, seq: int, causal: bool) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_memory_is_linear(causal):
     flash = {n: temp_bytes(ejkernel.flash_attention, n, causal) for n in (SHORT, LONG)}

@@ -71,6 +71,7 @@ def test_dropout_without_seed_is_rejected_under_jit(rng):
         jax.jit(lambda q: ejkernel.flash_attention(q, k, v, dropout_prob=0.1))(q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [None, SMALL_TILES], ids=["heuristic", "small-tiles"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_equals_loop_of_per_sequence_calls(cfg, causal, rng):
@@ -89,6 +90,7 @@ def test_varlen_equals_loop_of_per_sequence_calls(cfg, causal, rng):
     assert np.all(np.asarray(packed[:, int(cu_q[-1]) :]) == 0), "tokens past the last sequence are padding"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", DENSE_OPS, ids=lambda f: f.__name__)
 def test_jit_vmap_grad(op, rng):
     q, k, v = qkv(rng, b=1, sq=24, sk=24)
@@ -112,6 +114,7 @@ def test_jit_vmap_grad(op, rng):
     np.testing.assert_allclose(np.asarray(gv[0]), np.asarray(g[0]), atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [None, SMALL_TILES], ids=["heuristic", "small-tiles"])
 def test_bitwise_deterministic(cfg, rng):
     q, k, v = qkv(rng, sq=50, sk=70)

@@ -53,6 +53,7 @@ def _temp_bytes(t: int, platform: str) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ["xla", pytest.param("triton", marks=pytest.mark.gpu)])
 def test_memory_is_linear_in_the_sequence(platform):
     """Forward+backward temp memory at 4k, 16k and 64k tokens grows ~4x per 4x (states are
@@ -62,6 +63,7 @@ def test_memory_is_linear_in_the_sequence(platform):
     assert sizes[65536] / sizes[16384] <= 4 * 1.25, sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["kernel_delta_attention", "gated_delta_rule"])
 def test_decode_steps_equal_one_chunked_call(op):
     """Feeding tokens one at a time (state out → state in; the step path) gives the outputs and

@@ -117,6 +117,7 @@ def test_decode_steps_equal_the_chunked_call():
     np.testing.assert_allclose(state, full_state, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_varlen_equals_a_loop_of_calls_and_reverse_equals_flipping():
     lens = (5, 0, 17, 1, 9)
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
@@ -161,6 +162,7 @@ def test_bad_inputs_name_the_argument():
         ejkernel.state_space_v2(x, -jnp.ones(2), b, b, jnp.ones(2), jnp.ones((1, 4, 2)))
 
 
+@pytest.mark.slow
 def test_earlier_keywords():
     """The spec's module examples: ``gla_attention(..., gate=g)``, ``lightning_attention(...,
     decay=rates)`` (explicit per-head rates λ: log decay -λ, differentiable) and

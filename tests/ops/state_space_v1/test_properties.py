@@ -18,6 +18,7 @@ SEQ = ("hidden_states", "B", "C", "dt", "gate")
 CHUNK4 = StateSpaceV1Config(block_e=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [None, CHUNK4], ids=["heuristic", "chunk4"])
 def test_final_state_and_gradients_through_it(cfg):
     case = StateSpaceV1Case("fs", b=2, s=23, d=12, n=6, gate=True, initial_state=True, return_state=True)
@@ -88,6 +89,7 @@ def _temp_bytes(fn, s: int, d: int = 32, n: int = 16) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+@pytest.mark.slow
 def test_xla_memory_is_linear_and_keeps_no_per_token_state():
     """Forward+backward temp memory (compiled memory analysis) at 4k, 16k and 64k tokens grows at
     most linearly, and stays far below one float32 state per token (``[s, d, n]``), which the
@@ -118,6 +120,7 @@ def test_conv_state_is_refused_and_forms_must_agree():
         ejkernel.state_space_v1(**{**kw, "A": jnp.ones((5, 2))})
 
 
+@pytest.mark.slow
 def test_batch_sharded_matches_unsharded_with_gradients():
     """Under ``mesh``, the batch splits over devices; A and D (replicated) get the summed gradient."""
     from jax.sharding import Mesh
