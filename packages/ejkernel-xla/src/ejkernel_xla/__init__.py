@@ -23,6 +23,7 @@ OPS = (
     "flash_attention",
     "scaled_dot_product_attention",
     "page_attention",
+    "ragged_decode_attention",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -51,6 +52,7 @@ def register(registry: Any) -> None:
     from .lightning_attention import XlaLightningAttention
     from .mean_pooling import XlaMeanPooling
     from .page_attention import XlaPageAttention
+    from .ragged_decode_attention import XlaRaggedDecodeAttention
     from .recurrent_attention import XlaRecurrentAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
@@ -61,6 +63,7 @@ def register(registry: Any) -> None:
         "flash_attention": XlaFlashAttention,
         "scaled_dot_product_attention": XlaScaledDotProductAttention,
         "page_attention": XlaPageAttention,
+        "ragged_decode_attention": XlaRaggedDecodeAttention,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,

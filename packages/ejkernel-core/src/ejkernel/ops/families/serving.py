@@ -1,0 +1,79 @@
+"""Pieces the serving-attention ops (ragged decode, ragged paged attention) share, in every
+backend's blocked XLA form and in their bindings:
+
+- :func:`sinks_per_head`: ``softmax_aux`` as ``[num_heads, num_sinks]`` (a 1-D ``[num_heads]`` is
+  one sink per head, any other length is shared by every head);
+- :class:`SoftmaxState`, :func:`masked_logits`, :func:`merge_block`, :func:`merge_sinks`,
+  :func:`finish`: the online softmax over blocks of keys, so a kernel holds one block of logits
+  at a time instead of the whole context. Rows that see no key finish as exact zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["SoftmaxState", "finish", "masked_logits", "merge_block", "merge_sinks", "sinks_per_head"]
+
+F32 = jnp.float32
+
+
+def sinks_per_head(aux: Any, num_heads: int) -> Any:
+    """``softmax_aux`` as ``[num_heads, num_sinks]``: a 1-D array of ``num_heads`` values is one sink
+    per head; any other length is a set of sinks every head shares; 2-D passes unchanged."""
+    if aux is None or aux.ndim != 1:
+        return aux
+    if aux.shape[0] == num_heads:
+        return aux[:, None]
+    return jnp.broadcast_to(aux[None, :], (num_heads, aux.shape[0]))
+
+
+class SoftmaxState(NamedTuple):
+    """The running row max ``m``, row sum ``l`` and unnormalized output ``acc`` (float32)."""
+
+    m: jax.Array
+    l: jax.Array  # noqa: E741 - the usual name of the softmax denominator
+    acc: jax.Array
+
+    @classmethod
+    def zeros(cls, rows: tuple[int, ...], value_dim: int) -> SoftmaxState:
+        return cls(jnp.full(rows, -jnp.inf, F32), jnp.zeros(rows, F32), jnp.zeros((*rows, value_dim), F32))
+
+
+def masked_logits(logits: Any, valid: Any, scale: float, soft_cap: float | None) -> jax.Array:
+    """Scaled (and soft-capped) float32 logits, ``-inf`` where ``valid`` is false. ``where`` rather
+    than arithmetic masking, so garbage (even NaN) in keys that are not attended never leaks."""
+    x = logits.astype(F32) * scale
+    if soft_cap is not None:
+        x = soft_cap * jnp.tanh(x / soft_cap)
+    return jnp.where(valid, x, -jnp.inf)
+
+
+def merge_block(state: SoftmaxState, logits: Any, pv: Callable[[jax.Array], jax.Array]) -> SoftmaxState:
+    """Fold one block of masked logits (``[*rows, block]``) into ``state``; ``pv(p)`` is the
+    block's probabilities times its values (``[*rows, value_dim]``), whose values must be zero
+    where the logits are masked (``0 · NaN`` is NaN)."""
+    m_new = jnp.maximum(state.m, logits.max(axis=-1))
+    # A row that has seen only masked keys keeps m = -inf: shift by 0 so exp gives 0, not NaN.
+    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    p = jnp.exp(logits - m_safe[..., None])
+    alpha = jnp.exp(state.m - m_safe)
+    return SoftmaxState(m_new, state.l * alpha + p.sum(axis=-1), state.acc * alpha[..., None] + pv(p))
+
+
+def merge_sinks(state: SoftmaxState, sinks: Any) -> SoftmaxState:
+    """Add attention-sink logits (``[*rows, num_sinks]``, broadcast to the rows): they join the
+    denominator and contribute no value."""
+    sinks = sinks.astype(F32)
+    m_new = jnp.maximum(state.m, sinks.max(axis=-1))
+    alpha = jnp.exp(state.m - m_new)
+    l_new = state.l * alpha + jnp.exp(sinks - m_new[..., None]).sum(axis=-1)
+    return SoftmaxState(m_new, l_new, state.acc * alpha[..., None])
+
+
+def finish(state: SoftmaxState) -> jax.Array:
+    """The normalized output (float32); rows that attended nothing are exactly zero."""
+    return state.acc / jnp.where(state.l > 0, state.l, 1.0)[..., None]

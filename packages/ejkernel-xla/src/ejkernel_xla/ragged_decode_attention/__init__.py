@@ -1,0 +1,3 @@
+from .impl import XlaRaggedDecodeAttention
+
+__all__ = ["XlaRaggedDecodeAttention"]
