@@ -24,6 +24,7 @@ OPS = (
     "scaled_dot_product_attention",
     "page_attention",
     "ragged_decode_attention",
+    "ragged_page_attention_v2",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -53,6 +54,7 @@ def register(registry: Any) -> None:
     from .mean_pooling import XlaMeanPooling
     from .page_attention import XlaPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
+    from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
     from .recurrent_attention import XlaRecurrentAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
@@ -64,6 +66,7 @@ def register(registry: Any) -> None:
         "scaled_dot_product_attention": XlaScaledDotProductAttention,
         "page_attention": XlaPageAttention,
         "ragged_decode_attention": XlaRaggedDecodeAttention,
+        "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,

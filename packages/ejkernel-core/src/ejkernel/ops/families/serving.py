@@ -1,8 +1,12 @@
 """Pieces the serving-attention ops (ragged decode, ragged paged attention) share, in every
 backend's blocked XLA form and in their bindings:
 
+- :func:`gather_pages`: a block of each row's pages, as one run of tokens, read from the cache
+  in place (index-clamped, so a garbage entry in an unused table slot cannot fault);
 - :func:`sinks_per_head`: ``softmax_aux`` as ``[num_heads, num_sinks]`` (a 1-D ``[num_heads]`` is
   one sink per head, any other length is shared by every head);
+- :func:`masked_attention_reference`: the references' naive dense attention under an explicit
+  mask (every logit at once, in the reference's dtype and precision);
 - :class:`SoftmaxState`, :func:`masked_logits`, :func:`merge_block`, :func:`merge_sinks`,
   :func:`finish`: the online softmax over blocks of keys, so a kernel holds one block of logits
   at a time instead of the whole context. Rows that see no key finish as exact zeros.
@@ -16,7 +20,16 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SoftmaxState", "finish", "masked_logits", "merge_block", "merge_sinks", "sinks_per_head"]
+__all__ = [
+    "SoftmaxState",
+    "finish",
+    "gather_pages",
+    "masked_attention_reference",
+    "masked_logits",
+    "merge_block",
+    "merge_sinks",
+    "sinks_per_head",
+]
 
 F32 = jnp.float32
 
@@ -29,6 +42,48 @@ def sinks_per_head(aux: Any, num_heads: int) -> Any:
     if aux.shape[0] == num_heads:
         return aux[:, None]
     return jnp.broadcast_to(aux[None, :], (num_heads, aux.shape[0]))
+
+
+def gather_pages(cache: Any, pages: Any) -> jax.Array:
+    """``cache[pages]`` for a page cache ``[num_pages, page_size, *rest]`` and page indices
+    ``[*rows, n]``: ``[*rows, n * page_size, *rest]``, the rows' tokens in page order."""
+    x = cache.at[pages].get(mode="clip")
+    return x.reshape(*pages.shape[:-1], pages.shape[-1] * cache.shape[1], *cache.shape[2:])
+
+
+def masked_attention_reference(
+    q: Any,
+    k: Any,
+    v: Any,
+    valid: Any,
+    *,
+    scale: float,
+    soft_cap: float | None,
+    sinks: Any,
+    dtype: Any,
+    precision: Any,
+) -> jax.Array:
+    """Naive attention for the references: ``q [..., rows, h, d]`` over ``k``/``v``
+    ``[..., keys, hk, d]`` (query head ``i`` reads kv head ``i // (h // hk)``) where ``valid
+    [..., rows, keys]``; ``sinks`` ``[h, num_sinks]`` or ``None``. Masked keys' values are zeroed
+    first (they may be NaN); a row with no valid key is zero."""
+    h, hk = q.shape[-2], k.shape[-2]
+    heads = jnp.arange(h) // (h // hk)
+    k = jnp.where(valid.any(axis=-2)[..., None, None], k.astype(dtype), 0)[..., heads, :]
+    v = jnp.where(valid.any(axis=-2)[..., None, None], v.astype(dtype), 0)[..., heads, :]
+    logits = jnp.einsum("...qhd,...khd->...hqk", q.astype(dtype), k, precision=precision) * scale
+    if soft_cap is not None:
+        logits = soft_cap * jnp.tanh(logits / soft_cap)
+    logits = jnp.where(valid[..., None, :, :], logits, -jnp.inf)
+    n = logits.shape[-1]
+    if sinks is not None:
+        s = jnp.broadcast_to(sinks.astype(dtype)[:, None, :], (*logits.shape[:-1], sinks.shape[-1]))
+        logits = jnp.concatenate([logits, s], axis=-1)
+    m = jnp.max(logits, axis=-1, keepdims=True)
+    e = jnp.exp(logits - jnp.where(jnp.isfinite(m), m, 0))
+    denom = e.sum(axis=-1, keepdims=True)
+    p = (e / jnp.where(denom > 0, denom, 1))[..., :n]
+    return jnp.einsum("...hqk,...khd->...qhd", p, v, precision=precision)
 
 
 class SoftmaxState(NamedTuple):

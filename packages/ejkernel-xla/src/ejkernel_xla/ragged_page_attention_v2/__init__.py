@@ -1,0 +1,3 @@
+from .impl import XlaRaggedPageAttentionv2
+
+__all__ = ["XlaRaggedPageAttentionv2"]

@@ -1,0 +1,36 @@
+"""The XLA ``ragged_page_attention_v2`` implementation: what it declares, its configs, its entry point."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax
+
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
+
+from . import heuristics as H
+from ._kernel import ragged_page_attention_v2
+
+
+class XlaRaggedPageAttentionv2(KernelImpl):
+    """Ragged paged attention in plain JAX (per-row page gathers + online softmax), any device."""
+
+    # One page per step: many steps, ranges that start and end inside pages.
+    test_configs: ClassVar[dict[str, OpConfig]] = {"page1": RaggedPageAttentionv2Config(num_kv_pages_per_block=1)}
+
+    def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
+        return H.heuristic(args)
+
+    def candidate_cfgs(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> list[RaggedPageAttentionv2Config]:
+        return H.candidates(args)
+
+    def validate_cfg(
+        self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo
+    ) -> None:
+        if cfg.num_kv_pages_per_block is None:
+            raise ValueError("xla ragged_page_attention_v2 needs num_kv_pages_per_block (pages per step)")
+
+    def run(self, args: RaggedPageAttentionv2Args, cfg: RaggedPageAttentionv2Config) -> jax.Array:
+        assert cfg.num_kv_pages_per_block is not None
+        return ragged_page_attention_v2(args, cfg.num_kv_pages_per_block)
