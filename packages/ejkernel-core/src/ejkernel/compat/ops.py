@@ -1083,11 +1083,12 @@ PARAM_ALIASES: dict[str, str] = {
 PARAM_IGNORED: dict[str, str] = {
     "blocksize_k": "the head-dim (reduction) tile; our kernels take the head dim whole",
 }
-# Accepted only as None: they configured an op ejkernel does not have.
+# Accepted only as None: they configured the earlier ragged_decode_attention kernel, whose config
+# is its own record here.
 PARAM_REFUSED: dict[str, str] = {
-    "blocksize_heads": "the head block of ragged_decode_attention, which ejkernel does not implement",
+    "blocksize_heads": "the head block of the earlier ragged_decode_attention kernel, which ours does not take",
     "num_key_splits": (
-        "the split-K of ragged_decode_attention, which ejkernel does not implement "
+        "the split-K of ragged_decode_attention, set as RaggedDecodeAttentionConfig(num_key_splits=...) "
         "(page_attention's split-K is PageAttentionConfig(num_splits=...))"
     ),
 }
