@@ -12,13 +12,20 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MASK_INFO_NAMES", "OPS_NAMES", "Deferred", "config_fields", "install_config_fields", "load"]
+__all__ = [
+    "MASK_INFO_NAMES",
+    "OPS_MAPPED_NAMES",
+    "OPS_NAMES",
+    "Deferred",
+    "config_fields",
+    "install_config_fields",
+    "load",
+]
 
-#: Names of the earlier ``ejkernel.ops`` API: those that map onto this one and those refused with
-#: what to use instead (``ejkernel.compat.ops`` serves both).
-OPS_NAMES = frozenset(
+#: Names of the earlier ``ejkernel.ops`` API that map onto this one (``ejkernel.ops`` lists them in
+#: its ``__all__``; ``ejkernel.compat.ops`` serves them).
+OPS_MAPPED_NAMES = frozenset(
     {
-        # mapped
         "AutotunePolicy",
         "Cfg",
         "ConfigChooser",
@@ -41,7 +48,11 @@ OPS_NAMES = frozenset(
         "stable_json",
         "to_json",
         "vmap_with_config",
-        # refused
+    }
+)
+#: ... and those refused with what to use instead; ``ejkernel.compat.ops`` serves both kinds.
+OPS_NAMES = OPS_MAPPED_NAMES | frozenset(
+    {
         "AutotuneData",
         "AutotuningResult",
         "Entry",

@@ -85,6 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _compat_loader
 from ..errors import ConfigResolutionError
 from ..ops.autotune import Autotuner
 from ..ops.cache import cache_key
@@ -1367,32 +1368,7 @@ def _earlier_ops_name(name: str) -> Any:
 
 
 #: The earlier ``ejkernel.ops`` names that map onto this framework (``ejkernel.ops`` serves them).
-_MAPPED = frozenset(
-    {
-        "AutotunePolicy",
-        "Cfg",
-        "ConfigChooser",
-        "Invocation",
-        "Kernel",
-        "Out",
-        "Tuner",
-        "abstractify",
-        "autotune",
-        "default_key_builder_with_sharding",
-        "device_kind",
-        "forward_autotune_only",
-        "from_json",
-        "get_device_platform",
-        "overlay_cache",
-        "pmap_with_config",
-        "policy_override",
-        "sharding_fingerprint",
-        "short_hash",
-        "stable_json",
-        "to_json",
-        "vmap_with_config",
-    }
-)
+_MAPPED = _compat_loader.OPS_MAPPED_NAMES
 
 #: ``ejkernel.ops.__getattr__`` for the earlier names (``ejkernel.ops`` forwards them here).
 ops_getattr = module_getattr("ejkernel.ops", _earlier_ops_name)

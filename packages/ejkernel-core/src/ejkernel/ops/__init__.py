@@ -112,29 +112,7 @@ __all__ = [
     "time_callable",
 ]
 # The earlier API's names: reading one loads ejkernel.compat (see __getattr__).
-__all__ += [
-    "AutotunePolicy",
-    "Cfg",
-    "ConfigChooser",
-    "Invocation",
-    "Out",
-    "Tuner",
-    "abstractify",
-    "autotune",
-    "default_key_builder_with_sharding",
-    "device_kind",
-    "forward_autotune_only",
-    "from_json",
-    "get_device_platform",
-    "overlay_cache",
-    "pmap_with_config",
-    "policy_override",
-    "sharding_fingerprint",
-    "short_hash",
-    "stable_json",
-    "to_json",
-    "vmap_with_config",
-]
+__all__ += sorted(_compat_loader.OPS_MAPPED_NAMES - set(__all__))
 
 
 def __getattr__(name: str) -> Any:
