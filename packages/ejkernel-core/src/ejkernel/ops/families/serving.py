@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "FEATURES",
     "SoftmaxState",
     "finish",
     "gather_pages",
@@ -30,6 +31,17 @@ __all__ = [
     "merge_sinks",
     "sinks_per_head",
 ]
+
+#: The features of the decode and serving ops (``page_attention``, ``ragged_decode_attention``,
+#: ``ragged_page_attention_v2``): an implementation declines by these names.
+FEATURES: dict[str, tuple[str, Any]] = {
+    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
+    "sliding_window": ("attend only the last left + 1 tokens", lambda a: a.sliding_window is not None),
+    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
+    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
+    "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
+}
+
 
 F32 = jnp.float32
 

@@ -24,6 +24,7 @@ from ..args import (
 )
 from ..checks import ValueRule
 from ..config import OpConfig, tile
+from ..families.serving import FEATURES
 from ..op import Op
 
 __all__ = [
@@ -136,15 +137,6 @@ class PageAttentionArgs(
     @property
     def dtype(self) -> Any:
         return self.query.dtype
-
-
-FEATURES: dict[str, tuple[str, Any]] = {
-    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
-    "sliding_window": ("attend only the last left + 1 tokens", lambda a: a.sliding_window is not None),
-    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
-    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
-    "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
-}
 
 
 class PageAttention(Op):

@@ -12,7 +12,7 @@ import numpy as np
 from ..args import Args, ShardPlan, array, concrete, positive_float, shape_str, static, static_float, window
 from ..checks import ValueRule
 from ..config import FwdParams, OpConfig, tile
-from ..families.serving import sinks_per_head
+from ..families.serving import FEATURES, sinks_per_head
 from ..op import Op
 
 __all__ = ["RaggedDecodeAttention", "RaggedDecodeAttentionArgs", "RaggedDecodeAttentionConfig"]
@@ -66,15 +66,6 @@ class RaggedDecodeAttentionArgs(
     @property
     def dtype(self) -> Any:
         return self.query.dtype
-
-
-FEATURES: dict[str, tuple[str, Any]] = {
-    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
-    "sliding_window": ("attend only the last left + 1 tokens", lambda a: a.sliding_window is not None),
-    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
-    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
-    "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
-}
 
 
 class RaggedDecodeAttention(Op):

@@ -25,6 +25,7 @@ from ..args import (
 )
 from ..checks import ValueRule
 from ..config import OpConfig, tile
+from ..families.serving import FEATURES as SERVING_FEATURES
 from ..families.serving import sinks_per_head
 from ..op import Op
 
@@ -85,12 +86,8 @@ class RaggedPageAttentionv2Args(Args):
         return self.queries.dtype
 
 
-FEATURES: dict[str, tuple[str, Any]] = {
-    "softmax_aux": ("attention sinks", lambda a: a.softmax_aux is not None),
-    "sliding_window": ("attend only the last left + 1 tokens", lambda a: a.sliding_window is not None),
-    "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
-    "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
-}
+# Keys and values share one head dim in the interleaved cache.
+FEATURES: dict[str, tuple[str, Any]] = {k: v for k, v in SERVING_FEATURES.items() if k != "value_head_dim"}
 
 
 class RaggedPageAttentionv2(Op):
