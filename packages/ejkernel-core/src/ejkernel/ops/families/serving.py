@@ -1,6 +1,14 @@
-"""Pieces the serving-attention ops (ragged decode, ragged paged attention) share, in every
-backend's blocked XLA form and in their bindings:
+"""Pieces the serving-attention ops (ragged decode, ragged paged attention, prefill over pages,
+unified attention) share, in every backend's blocked XLA form, in their references and in their
+bindings:
 
+- :func:`num_seqs_scalar`, :func:`ragged_index_rules`, :func:`ragged_autotune_indices`: the
+  bindings of packed query rows (``query_start_loc``, per-sequence lengths, block tables, a maybe
+  traced ``num_seqs``): canonical ``num_seqs``, the index checks, stand-in indices for autotuning;
+- :func:`ragged_query_rows`: each packed query row's sequence, position and key range;
+- :func:`paged_scan`: the blocked online-softmax attention of packed rows over their sequences'
+  pages, for any cache layout (the caller reads a block of pages);
+- :func:`ragged_reference`: the references' per-sequence dense attention;
 - :func:`gather_pages`: a block of each row's pages, as one run of tokens, read from the cache
   in place (index-clamped, so a garbage entry in an unused table slot cannot fault);
 - :func:`sinks_per_head`: ``softmax_aux`` as ``[num_heads, num_sinks]`` (a 1-D ``[num_heads]`` is
@@ -19,6 +27,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..args import as_array, concrete, shape_str
+from ..checks import ValueRule
 
 __all__ = [
     "FEATURES",
@@ -29,6 +42,12 @@ __all__ = [
     "masked_logits",
     "merge_block",
     "merge_sinks",
+    "num_seqs_scalar",
+    "paged_scan",
+    "ragged_autotune_indices",
+    "ragged_index_rules",
+    "ragged_query_rows",
+    "ragged_reference",
     "sinks_per_head",
 ]
 
@@ -74,11 +93,13 @@ def masked_attention_reference(
     sinks: Any,
     dtype: Any,
     precision: Any,
+    bias: Any = None,
 ) -> jax.Array:
     """Naive attention for the references: ``q [..., rows, h, d]`` over ``k``/``v``
     ``[..., keys, hk, d]`` (query head ``i`` reads kv head ``i // (h // hk)``) where ``valid
     [..., rows, keys]``; ``sinks`` ``[h, num_sinks]`` or ``None``. Masked keys' values are zeroed
-    first (they may be NaN); a row with no valid key is zero."""
+    first (they may be NaN); a row with no valid key is zero. ``bias`` (``[..., h, rows, keys]``)
+    is added to the capped logits."""
     h, hk = q.shape[-2], k.shape[-2]
     heads = jnp.arange(h) // (h // hk)
     k = jnp.where(valid.any(axis=-2)[..., None, None], k.astype(dtype), 0)[..., heads, :]
@@ -86,6 +107,8 @@ def masked_attention_reference(
     logits = jnp.einsum("...qhd,...khd->...hqk", q.astype(dtype), k, precision=precision) * scale
     if soft_cap is not None:
         logits = soft_cap * jnp.tanh(logits / soft_cap)
+    if bias is not None:
+        logits = logits + jnp.asarray(bias, dtype)
     logits = jnp.where(valid[..., None, :, :], logits, -jnp.inf)
     n = logits.shape[-1]
     if sinks is not None:
@@ -144,3 +167,265 @@ def merge_sinks(state: SoftmaxState, sinks: Any) -> SoftmaxState:
 def finish(state: SoftmaxState) -> jax.Array:
     """The normalized output (float32); rows that attended nothing are exactly zero."""
     return state.acc / jnp.where(state.l > 0, state.l, 1.0)[..., None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed query rows: bindings
+
+
+def num_seqs_scalar(op: str, n: Any) -> jax.Array:
+    """``num_seqs`` (an int, a 0-D or a ``[1]`` int array, maybe traced) as a 0-D int32 array."""
+    if isinstance(n, bool):
+        raise TypeError(f"{op}: num_seqs must be an int or an int array, got bool")
+    n = jnp.asarray(n, jnp.int32) if isinstance(n, (int, np.integer)) else as_array(op, "num_seqs", n)
+    if n.size != 1:
+        raise ValueError(f"{op}: num_seqs must be an int, a 0-D or a [1] int array, got {shape_str(n)}")
+    return jnp.asarray(n, jnp.int32).reshape(())
+
+
+def ragged_index_rules(
+    *,
+    max_num_seqs: int,
+    total_tokens: int,
+    pages_per_seq: int,
+    page_size: int,
+    num_pages: int,
+    lens: str,
+    tables: str,
+    num_seqs: str | None = "num_seqs",
+    query_start_loc: str = "query_start_loc",
+    table_rows: Callable[[Any], Any] = lambda t: t,
+) -> list[ValueRule]:
+    """The index checks of packed query rows: ``num_seqs`` in ``[0, max_num_seqs]``;
+    ``query_start_loc`` starting at 0, non-decreasing over the live sequences and ending within the
+    tokens; each live sequence's length (``lens``) within its table's capacity and at least its
+    query count (its queries are the last tokens of its context); every page it uses within the
+    cache. ``num_seqs=None``: every sequence is live. ``table_rows`` reshapes the ``tables``
+    argument to ``[max_num_seqs, pages_per_seq]`` (a flattened table)."""
+    m, capacity = max_num_seqs, pages_per_seq * page_size
+    n_names = (num_seqs,) if num_seqs is not None else ()
+
+    def live(xp: Any, n: Any = None) -> Any:
+        return xp.arange(m) < (m if n is None else n)
+
+    def q_lens(xp: Any, qsl: Any) -> Any:
+        return qsl[1:] - qsl[:-1]
+
+    def bad_qsl(xp: Any, qsl: Any, n: Any = m) -> Any:
+        starts = xp.concatenate([qsl[:1] != 0, live(xp, n) & (q_lens(xp, qsl) < 0)])
+        return starts | (xp.arange(m + 1) == n) & (qsl > total_tokens)
+
+    def bad_table(xp: Any, t: Any, ln: Any, n: Any = None) -> Any:
+        rows = table_rows(t)
+        used = xp.arange(rows.shape[1])[None, :] < -(-ln[:, None] // page_size)
+        bad = used & live(xp, n)[:, None] & ((rows < 0) | (rows >= num_pages))
+        return bad.reshape(t.shape)
+
+    rules = []
+    if num_seqs is not None:
+        rules.append(ValueRule((num_seqs,), f"must be in [0, max_num_seqs = {m}]", lambda xp, n: (n < 0) | (n > m)))
+    return [
+        *rules,
+        ValueRule(
+            (query_start_loc, *n_names),
+            f"must start at 0, not decrease over the first num_seqs + 1 entries and end within {total_tokens} tokens",
+            bad_qsl,
+        ),
+        ValueRule(
+            (lens, *n_names),
+            f"must be in [0, pages_per_seq * page_size = {capacity}]",
+            lambda xp, ln, n=None: live(xp, n) & ((ln < 0) | (ln > capacity)),
+        ),
+        ValueRule(
+            (lens, query_start_loc, *n_names),
+            "must be at least each sequence's query count (its queries are the last tokens of its context)",
+            lambda xp, ln, qsl, n=None: live(xp, n) & (ln < q_lens(xp, qsl)),
+        ),
+        ValueRule(
+            (tables, lens, *n_names),
+            f"must index the cache's {num_pages} pages (in [0, {num_pages})) for every page a sequence uses",
+            bad_table,
+        ),
+    ]
+
+
+def ragged_autotune_indices(
+    lens: Any,
+    tables: Any,
+    qsl: Any,
+    n: Any,
+    *,
+    total_tokens: int,
+    pages_per_seq: int,
+    page_size: int,
+    num_pages: int,
+    seed: int = 0,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Concrete ``(lens, tables, query_start_loc, num_seqs)`` to autotune on: the call's own when
+    concrete; for traced ones, the tokens spread evenly over every sequence, each at full length,
+    and pages in random order. ``tables`` keeps its shape (flattened or not)."""
+    rng = np.random.default_rng(seed)
+    m = lens.shape[0]
+    c_lens, c_tables, c_qsl, c_n = concrete(lens), concrete(tables), concrete(qsl), concrete(n)
+    if c_lens is None or c_qsl is None or c_n is None:
+        per = total_tokens // max(m, 1)
+        c_qsl = np.arange(m + 1, dtype=np.int32) * per
+        c_lens = np.full((m,), max(per, pages_per_seq * page_size), np.int32).clip(max=pages_per_seq * page_size)
+        c_n = np.int32(m)
+    if c_tables is None:
+        c_tables = (rng.permutation(int(np.prod(tables.shape))) % num_pages).reshape(tables.shape)
+    return (
+        jnp.asarray(c_lens, jnp.int32),
+        jnp.asarray(c_tables, jnp.int32),
+        jnp.asarray(c_qsl, jnp.int32),
+        jnp.asarray(c_n, jnp.int32).reshape(()),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed query rows: the blocked XLA form
+
+
+def ragged_query_rows(
+    query_start_loc: Any,
+    kv_lens: Any,
+    num_seqs: Any,
+    total_tokens: int,
+    *,
+    window: tuple[int, int] | None = None,
+    causal: bool = True,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(seq, pos, lo, hi)`` of each of ``total_tokens`` packed query rows: its sequence, its
+    position in that sequence's context (its queries are the last ``q_len`` of ``kv_lens[seq]``)
+    and the half-open key range ``[lo, hi)`` it attends: up to its position when ``causal``, else
+    the whole context; a ``window (left, right)`` keeps keys in ``[pos - left, pos + right]``.
+    Rows of no live sequence (padding) get an empty range."""
+    m = kv_lens.shape[0]
+    tok = jnp.arange(total_tokens, dtype=jnp.int32)
+    live = jnp.arange(m) < num_seqs
+    seq = jnp.sum(live[None, :] & (query_start_loc[None, 1:] <= tok[:, None]), axis=1).astype(jnp.int32)
+    in_batch = (tok >= query_start_loc[0]) & (tok < query_start_loc[num_seqs])
+    seq = jnp.minimum(seq, m - 1)
+    kv_len = kv_lens[seq]
+    pos = kv_len - query_start_loc[seq + 1] + tok
+    hi = jnp.minimum(pos + 1, kv_len) if causal else kv_len
+    lo = jnp.zeros_like(hi)
+    if window is not None:
+        lo = jnp.maximum(pos - window[0], 0)
+        hi = jnp.minimum(hi, pos + window[1] + 1)
+    return seq, pos, jnp.where(in_batch, lo, 0), jnp.where(in_batch, hi, 0)
+
+
+def paged_scan(
+    q: Any,
+    seq: Any,
+    lo: Any,
+    hi: Any,
+    tables: Any,
+    *,
+    page_size: int,
+    read_pages: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    pages_per_step: int,
+    scale: float,
+    soft_cap: float | None,
+    value_dim: int,
+    bias: Callable[[jax.Array], jax.Array] | None = None,
+) -> SoftmaxState:
+    """Attention of packed rows ``q [tokens, hk, g, d]`` over their sequences' pages with an
+    online softmax, ``pages_per_step`` pages per step, so temporary memory is one block of pages
+    per row (never ``[tokens, context]`` logits). Row ``t`` attends keys ``[lo[t], hi[t])`` of
+    sequence ``seq[t]``, whose pages are ``tables[seq[t]]``; the scan covers only the steps some
+    row's range reaches. ``read_pages(pages [tokens, n])`` returns the keys ``[tokens, n *
+    page_size, hk, d]`` and values ``[..., hk, value_dim]`` of those pages in ``q``'s dtype (read
+    in place from the caller's cache). ``bias(key_pos [tokens, block])`` adds ``[tokens, hk, g,
+    block]`` to the capped logits (ALiBi, query-query bias). Keys outside a row's range are masked
+    and their values zeroed, so garbage (even NaN) in unused slots never reaches the output."""
+    pps = max(1, min(pages_per_step, tables.shape[1]))
+    steps_total = -(-tables.shape[1] // pps)
+    chunk = pps * page_size
+    precision = lax.Precision.HIGHEST if q.dtype == F32 else None
+    tables = jnp.pad(tables, ((0, 0), (0, steps_total * pps - tables.shape[1])))
+    attends = hi > lo
+    s_hi = (jnp.max(jnp.where(attends, hi, 0)) + chunk - 1) // chunk
+    s_lo = jnp.minimum(jnp.min(jnp.where(attends, lo, steps_total * chunk)) // chunk, s_hi)
+
+    def step(s: Any, state: SoftmaxState) -> SoftmaxState:
+        k_t, v_t = read_pages(lax.dynamic_slice_in_dim(tables, s * pps, pps, 1)[seq])  # [tokens, chunk, hk, *]
+        pos = s * chunk + jnp.arange(chunk, dtype=jnp.int32)
+        valid = (pos[None, :] >= lo[:, None]) & (pos[None, :] < hi[:, None])  # [tokens, chunk]
+        v_t = jnp.where(valid[:, :, None, None], v_t, 0)
+        logits = jnp.einsum("thgd,tchd->thgc", q, k_t, precision=precision, preferred_element_type=F32)
+        logits = masked_logits(logits, valid[:, None, None, :], scale, soft_cap)
+        if bias is not None:
+            logits = logits + bias(jnp.broadcast_to(pos, valid.shape))
+
+        def pv(p: Any) -> Any:
+            return jnp.einsum(
+                "thgc,tchd->thgd", p.astype(q.dtype), v_t, precision=precision, preferred_element_type=F32
+            )
+
+        return merge_block(state, logits, pv)
+
+    zeros = SoftmaxState.zeros(q.shape[:3], value_dim)
+    return lax.fori_loop(s_lo.astype(jnp.int32), s_hi.astype(jnp.int32), step, zeros)
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed query rows: the references
+
+
+def ragged_reference(
+    queries: Any,
+    read_sequence: Callable[[int, int], tuple[Any, Any]],
+    kv_lens: Any,
+    query_start_loc: Any,
+    num_seqs: Any,
+    *,
+    value_dim: int,
+    scale: float | None,
+    soft_cap: float | None,
+    sinks: Any,
+    window: int | tuple[int, int] | None,
+    causal: bool = True,
+    bias: Callable[[int, Any, Any], Any] | None = None,
+    dtype: Any,
+    precision: Any,
+) -> jax.Array:
+    """Naive attention of packed query rows, sequence by sequence (the index arrays must be
+    concrete): sequence ``i < num_seqs`` owns rows ``query_start_loc[i] .. [i + 1] - 1``, the last
+    of its ``kv_lens[i]`` tokens; ``read_sequence(i, kv_len)`` returns its keys and values ``[kv_len,
+    hk, *]``. ``bias(i, pos [q, 1], key [1, kv_len])`` returns ``[h, q, kv_len]`` added to the
+    capped logits. Rows of no live sequence are zero."""
+    t_all, h = queries.shape[:2]
+    lens, qsl = np.asarray(kv_lens), np.asarray(query_start_loc)
+    n = int(np.asarray(num_seqs).reshape(()))
+    if window is not None and isinstance(window, int):
+        window = (window, 0 if causal else window)
+    scale = scale if scale is not None else queries.shape[2] ** -0.5
+    rows = [jnp.zeros((int(qsl[0]), h, value_dim), dtype)]
+    for i in range(n):
+        lo, hi, kv_len = int(qsl[i]), int(qsl[i + 1]), int(lens[i])
+        if hi == lo:
+            continue
+        k, v = read_sequence(i, kv_len)
+        pos = kv_len - (hi - lo) + np.arange(hi - lo)[:, None]  # each query's position
+        t = np.arange(kv_len)[None, :]
+        valid = t <= pos if causal else np.ones((hi - lo, kv_len), bool)
+        if window is not None:
+            valid = valid & (t >= pos - window[0]) & (t <= pos + window[1])
+        rows.append(
+            masked_attention_reference(
+                queries[lo:hi],
+                k,
+                v,
+                jnp.asarray(valid),
+                scale=scale,
+                soft_cap=soft_cap,
+                sinks=sinks,
+                bias=None if bias is None else bias(i, pos, t),
+                dtype=dtype,
+                precision=precision,
+            )
+        )
+    rows.append(jnp.zeros((t_all - int(qsl[n]), h, value_dim), dtype))
+    return jnp.concatenate(rows).astype(dtype)

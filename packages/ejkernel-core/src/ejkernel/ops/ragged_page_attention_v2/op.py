@@ -8,13 +8,10 @@ import math
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
-import numpy as np
 
 from ..args import (
     Args,
     array,
-    as_array,
-    concrete,
     positive_float,
     shape_str,
     static,
@@ -26,7 +23,7 @@ from ..args import (
 from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..families.serving import FEATURES as SERVING_FEATURES
-from ..families.serving import sinks_per_head
+from ..families.serving import num_seqs_scalar, ragged_autotune_indices, ragged_index_rules, sinks_per_head
 from ..op import Op
 
 __all__ = ["RaggedPageAttentionv2", "RaggedPageAttentionv2Args", "RaggedPageAttentionv2Config"]
@@ -128,13 +125,7 @@ class RaggedPageAttentionv2(Op):
                 f"{op}: query_start_loc must be [num_seqs + 1] for context_lens [num_seqs]: "
                 f"query_start_loc {shape_str(qsl)}, context_lens {shape_str(lens)}"
             )
-        n = p["num_seqs"]
-        if isinstance(n, bool):
-            raise TypeError(f"{op}: num_seqs must be an int or an int array, got bool")
-        n = jnp.asarray(n, jnp.int32) if isinstance(n, (int, np.integer)) else as_array(op, "num_seqs", n)
-        if n.size != 1:
-            raise ValueError(f"{op}: num_seqs must be an int, a 0-D or a [1] int array, got {shape_str(n)}")
-        n = jnp.asarray(n, jnp.int32).reshape(())
+        n = num_seqs_scalar(op, p["num_seqs"])
         scale = static_float(op, "softmax_scale", p.get("softmax_scale"))
         if scale is None:
             scale = 1.0 / math.sqrt(int(q.shape[2])) if q.shape[2] else 1.0
@@ -142,65 +133,28 @@ class RaggedPageAttentionv2(Op):
         return RaggedPageAttentionv2Args.build(op, p, num_seqs=n, softmax_aux=aux, softmax_scale=scale)
 
     def value_rules(self, a: RaggedPageAttentionv2Args) -> list[ValueRule]:
-        capacity = a.pages_per_seq * a.page_size
-        m, total = a.max_num_seqs, a.total_tokens
-
-        def live(xp: Any, n: Any) -> Any:
-            return xp.arange(m) < n
-
-        def bad_table(xp: Any, tables: Any, lens: Any, n: Any) -> Any:
-            used = xp.arange(tables.shape[1])[None, :] < -(-lens[:, None] // a.page_size)
-            return used & live(xp, n)[:, None] & ((tables < 0) | (tables >= a.num_pages))
-
-        def q_lens(xp: Any, qsl: Any) -> Any:
-            return qsl[1:] - qsl[:-1]
-
-        return [
-            ValueRule(("num_seqs",), f"must be in [0, max_num_seqs = {m}]", lambda xp, n: (n < 0) | (n > m)),
-            ValueRule(
-                ("query_start_loc", "num_seqs"),
-                f"must start at 0, not decrease over the first num_seqs + 1 entries and end within {total} tokens",
-                lambda xp, qsl, n: (
-                    xp.concatenate([qsl[:1] != 0, live(xp, n) & (q_lens(xp, qsl) < 0)])
-                    | (xp.arange(m + 1) == n) & (qsl > total)
-                ),
-            ),
-            ValueRule(
-                ("context_lens", "num_seqs"),
-                f"must be in [0, pages_per_seq * page_size = {capacity}]",
-                lambda xp, lens, n: live(xp, n) & ((lens < 0) | (lens > capacity)),
-            ),
-            ValueRule(
-                ("context_lens", "query_start_loc", "num_seqs"),
-                "must be at least each sequence's query count (its queries are the last tokens of its context)",
-                lambda xp, lens, qsl, n: live(xp, n) & (lens < q_lens(xp, qsl)),
-            ),
-            ValueRule(
-                ("block_tables", "context_lens", "num_seqs"),
-                f"must index the cache's {a.num_pages} pages (in [0, {a.num_pages})) for every page a sequence uses",
-                bad_table,
-            ),
-        ]
+        return ragged_index_rules(
+            max_num_seqs=a.max_num_seqs,
+            total_tokens=a.total_tokens,
+            pages_per_seq=a.pages_per_seq,
+            page_size=a.page_size,
+            num_pages=a.num_pages,
+            lens="context_lens",
+            tables="block_tables",
+        )
 
     def autotune_inputs(self, a: RaggedPageAttentionv2Args, seed: int = 0) -> RaggedPageAttentionv2Args:
-        rng = np.random.default_rng(seed)
-        lens, tables = concrete(a.context_lens), concrete(a.block_tables)
-        qsl, n = concrete(a.query_start_loc), concrete(a.num_seqs)
-        if lens is None or qsl is None or n is None:
-            # Traced: the tokens spread evenly over every sequence, each at full length.
-            m = a.max_num_seqs
-            per = a.total_tokens // m
-            qsl = np.arange(m + 1, dtype=np.int32) * per
-            lens = np.full((m,), max(per, a.pages_per_seq * a.page_size), np.int32).clip(
-                max=a.pages_per_seq * a.page_size
-            )
-            n = np.int32(m)
-        if tables is None:
-            tables = (rng.permutation(a.max_num_seqs * a.pages_per_seq) % a.num_pages).reshape(a.block_tables.shape)
+        lens, tables, qsl, n = ragged_autotune_indices(
+            a.context_lens,
+            a.block_tables,
+            a.query_start_loc,
+            a.num_seqs,
+            total_tokens=a.total_tokens,
+            pages_per_seq=a.pages_per_seq,
+            page_size=a.page_size,
+            num_pages=a.num_pages,
+            seed=seed,
+        )
         return dataclasses.replace(
-            a.random_like(seed),
-            context_lens=jnp.asarray(lens, jnp.int32),
-            block_tables=jnp.asarray(tables, jnp.int32),
-            query_start_loc=jnp.asarray(qsl, jnp.int32),
-            num_seqs=jnp.asarray(n, jnp.int32).reshape(()),
+            a.random_like(seed), context_lens=lens, block_tables=tables, query_start_loc=qsl, num_seqs=n
         )
