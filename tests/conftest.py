@@ -76,7 +76,7 @@ def _sample_key(item):
     param, impl = params.get("param"), params.get("impl")
     if param is not None and hasattr(param, "impl"):
         return (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
-    if impl is not None and "case" in params:
+    if hasattr(impl, "op_name") and "case" in params:
         return (item.originalname, impl.op_name, impl.name)
     return None
 
