@@ -34,7 +34,7 @@ from ejkernel.ops import kernel_registry, list_ops, op_class
 
 # The framework modules in reading order; modules not named here follow, by name.
 FRAMEWORK_ORDER = ["executor", "policy", "config", "op", "args", "impl", "registry", "selection", "cache", "autotune"]
-TITLES = {"op": "Op definitions", "impl": "Implementations", "args": "Arguments records"}
+TITLES = {"op": "Op definitions", "impl": "Implementations", "args": "Arguments records", "kv_cache": "KV-cache writes"}
 
 
 def write(path: str, text: str) -> None:
@@ -126,6 +126,9 @@ def cli_page() -> str:
 def package_page(ops: list[str]) -> str:
     lines = ["# `ejkernel`", "", "::: ejkernel", "    options:", "      show_root_heading: false", "      members:"]
     lines += ["        - backends", ""]
+    lines += ["## Serving", ""]
+    lines += ["`ejkernel.write_kv_pages` writes a serving step's keys and values into a paged KV cache, in the"]
+    lines += ["layout of the op that reads it: [KV-cache writes](ops/kv_cache.md).", ""]
     lines += ["## Op exports", ""]
     lines += ["Besides its own names, `ejkernel` (and `ejkernel.modules`) exports every op's function, Module and"]
     lines += ["Config class and its folder's other public names, gathered from the op folders at import:", ""]

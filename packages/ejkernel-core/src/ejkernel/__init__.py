@@ -6,6 +6,8 @@
 Every op (``ejkernel.list_ops()``) is exported here with its Module and Config classes.
 Backends (``ejkernel-xla``, ``ejkernel-triton``, ...) are separate distributions discovered
 through the ``ejkernel.backends`` entry point; ``ejkernel.backends()`` lists them and their status.
+``ejkernel.write_kv_pages`` writes a serving step's keys and values into a paged KV cache
+(:mod:`ejkernel.ops.kv_cache`).
 """
 
 from importlib.metadata import PackageNotFoundError
@@ -32,6 +34,7 @@ from .types import MaskInfo
 
 load_builtin_ops()
 from . import modules  # noqa: E402  (after the ops are loaded)
+from .ops.kv_cache import write_kv_pages  # noqa: E402
 
 globals().update(op_exports())
 
@@ -70,6 +73,7 @@ __all__ = [
     "ops",
     "policy",
     "types",
+    "write_kv_pages",
 ]
 __all__ += sorted(op_exports())
 

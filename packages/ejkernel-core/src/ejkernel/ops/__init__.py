@@ -4,7 +4,9 @@ The ops themselves live in this package too, one folder each (``ejkernel/ops/fla
 ...): see :mod:`ejkernel.ops.op` for the folder's vocabulary. Modules here import only the
 ones above them in this list: ``config``, ``policy``, ``checks``, ``device``, ``resources``,
 ``args``, ``op``, ``impl``, ``cache``, ``timing``, ``autotune``, ``registry``, ``selection``,
-``executor``, ``catalog``, ``support`` (the op × backend table).
+``executor``, ``catalog``, ``support`` (the op × backend table). ``kv_cache``
+(:func:`~ejkernel.ops.kv_cache.write_kv_pages`, writing a serving step's keys and values into a paged
+cache) is plain JAX beside them, exported as ``ejkernel.write_kv_pages``.
 
 The earlier ``ejkernel.ops`` API's names (``Kernel``, ``Tuner``, ``autotune``, ...) are served
 from :mod:`ejkernel.compat.ops`, which is imported the first time one of them is read. Its
