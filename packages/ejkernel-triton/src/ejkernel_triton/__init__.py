@@ -38,6 +38,7 @@ OPS = (
     "state_space_v1",
     "ring_attention",
     "ragged_page_attention_v2",
+    "page_attention",
 )
 
 
@@ -54,6 +55,7 @@ def register(registry: Any) -> None:
     from .kernel_delta_attention import TritonKernelDeltaAttention
     from .lightning_attention import TritonLightningAttention
     from .mean_pooling import TritonMeanPooling
+    from .page_attention import TritonPageAttention
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
     from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
@@ -72,5 +74,6 @@ def register(registry: Any) -> None:
         "state_space_v1": TritonStateSpaceV1,
         "ring_attention": RingAttentionImpl(registry),
         "ragged_page_attention_v2": TritonRaggedPageAttentionv2,
+        "page_attention": TritonPageAttention,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

@@ -46,6 +46,8 @@ PROGRAMS_PER_SM = 8
 MIN_SPLIT_BLOCKS = 4
 MAX_SPLITS = 64
 SPLIT_CANDIDATES = (1, 2, 4, 8, 16, 32)
+# The pipeline's mbarriers and what else Triton allocates beside the tiles.
+BARRIERS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +89,16 @@ def block_m(s: Shape, block_q: int) -> int:
 
 
 def smem(s: Shape, t: Tiles) -> int:
-    """Shared memory of the kernel: for each path (prefill tile, decode tile), ``num_stages``
-    K/V steps (the page indices with them) and the resident query tile (twice for float32's
-    three-pass products); both paths' buffers counted, since they share one kernel."""
+    """Shared memory of the kernel: ``num_stages`` K/V steps (with their page indices), the
+    resident query tile of the larger path (prefill's, or the decode tile's; twice for float32's
+    three-pass products) and 1 KiB of barriers. The two paths' buffers are never live together
+    (Triton 3.6 allocates the larger: 98304 B at sm_90, d 128, bf16, 64-key steps, 2 stages,
+    128-row prefill tiles)."""
     d, dv = _pow2(s.head_dim), _pow2(s.value_head_dim)
     copies = 2 if s.itemsize == 4 else 1
     stream = t.num_stages * t.block_n * ((d + dv) * s.itemsize + 4)
-    rows = [_pow2(t.decode_q * s.groups)] + ([block_m(s, t.block_q)] if s.prefill else [])
-    return sum(stream + copies * r * d * s.itemsize for r in rows)
+    rows = max(_pow2(t.decode_q * s.groups), block_m(s, t.block_q) if s.prefill else 0)
+    return stream + copies * rows * d * s.itemsize + BARRIERS
 
 
 def needs(s: Shape, t: Tiles) -> list[Need]:
