@@ -113,6 +113,17 @@ def _page_attention(dt):
             )  # fmt: skip
 
 
+def _ragged_page_attention(dt):
+    """The benchmark's serving steps (decodes, a decode/prefill mix, prefills) at head dims 64 to 256."""
+    for d in (64, 128, 256):
+        for tokens, seqs, pages_per_seq in ((64, 64, 512), (2108, 64, 512), (16384, 8, 128)):
+            yield dict(
+                queries=S((tokens, 32, d), dt), kv_pages=S((seqs * pages_per_seq, 16, 16, d), dt),
+                context_lens=S((seqs,), I32), block_tables=S((seqs, pages_per_seq), I32),
+                query_start_loc=S((seqs + 1,), I32), num_seqs=S((), I32),
+            )  # fmt: skip
+
+
 # Realistic shapes of every op a GPU implementation serves (abstract: nothing is allocated).
 SHAPES = {
     "flash_attention": _attention,
@@ -127,6 +138,7 @@ SHAPES = {
     "state_space_v1": _state_space_v1,
     "mean_pooling": _mean_pooling,
     "page_attention": _page_attention,
+    "ragged_page_attention_v2": _ragged_page_attention,
 }
 GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)
 
@@ -420,3 +432,40 @@ def test_linear_and_delta_declared_shared_memory_bounds_the_compiled_kernels(op,
     """The calibrated scales (``_linear.resources``, ``_delta.resources``) at configs of the
     heuristics' fallbacks and of the autotuning spaces, 16- and 32-bit, head dims 64 to 256."""
     _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, capabilities=(90, 86))
+
+
+def _paged_cases():
+    from ejkernel.ops.page_attention import PageAttentionConfig
+    from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Config
+
+    def ragged(tokens, seqs, d, dtype=jnp.bfloat16, hk=8, g=4):
+        return dict(
+            queries=jnp.zeros((tokens, hk * g, d), dtype), kv_pages=jnp.zeros((64, 16, 2 * hk, d), dtype),
+            context_lens=jnp.zeros((seqs,), jnp.int32), block_tables=jnp.zeros((seqs, 64), jnp.int32),
+            query_start_loc=jnp.zeros((seqs + 1,), jnp.int32), num_seqs=jnp.int32(seqs),
+        )  # fmt: skip
+
+    def paged(d, dtype=jnp.bfloat16, layout="blocks_tokens_heads"):
+        cache = jnp.zeros((64, 8, 16, d) if layout == "blocks_heads_tokens" else (64, 16, 8, d), dtype)
+        return dict(
+            query=jnp.zeros((8, 32, d), dtype), key_cache=cache, value_cache=cache,
+            context_lens=jnp.zeros((8,), jnp.int32), block_tables=jnp.zeros((8, 8), jnp.int32), cache_layout=layout,
+        )  # fmt: skip
+
+    rpa = "ragged_page_attention_v2"
+    return [
+        (rpa, ragged(256, 8, 128), None),
+        (rpa, ragged(256, 8, 128, jnp.float32), None),
+        (rpa, ragged(256, 8, 64), RaggedPageAttentionv2Config(num_kv_pages_per_block=8, num_stages=4)),
+        (rpa, ragged(256, 8, 256, hk=2, g=8), None),
+        ("page_attention", paged(128), None),
+        ("page_attention", paged(64, jnp.float32, "blocks_heads_tokens"), PageAttentionConfig(tokens_per_block=128)),
+    ]
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_paged_cases(), "paged"))
+def test_paged_attention_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
+    """The paged kernel (both ops): bf16 and float32 (three-pass products), long key steps with
+    4 stages, head dim 256 with 8-head groups, either cache layout."""
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)

@@ -37,6 +37,8 @@ OPS = (
     "mean_pooling",
     "state_space_v1",
     "ring_attention",
+    "ragged_page_attention_v2",
+    "page_attention",
 )
 
 
@@ -53,6 +55,8 @@ def register(registry: Any) -> None:
     from .kernel_delta_attention import TritonKernelDeltaAttention
     from .lightning_attention import TritonLightningAttention
     from .mean_pooling import TritonMeanPooling
+    from .page_attention import TritonPageAttention
+    from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
     from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
     from .state_space_v2 import TritonStateSpaceV2
@@ -69,5 +73,7 @@ def register(registry: Any) -> None:
         "mean_pooling": TritonMeanPooling,
         "state_space_v1": TritonStateSpaceV1,
         "ring_attention": RingAttentionImpl(registry),
+        "ragged_page_attention_v2": TritonRaggedPageAttentionv2,
+        "page_attention": TritonPageAttention,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

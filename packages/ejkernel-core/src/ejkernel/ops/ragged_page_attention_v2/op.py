@@ -39,12 +39,15 @@ class RaggedPageAttentionv2Config(OpConfig):
         num_queries_per_block: query tokens per tile (GPU/TPU kernels).
         num_warps: warps per program (GPU kernels).
         num_stages: software-pipelining depth (GPU kernels).
+        num_splits: split-K of decode sequences (GPU kernels): programs per sequence and kv
+            head, each over one range of its context, merged in a second pass (``1``: none).
     """
 
     num_kv_pages_per_block: int | None = tile()
     num_queries_per_block: int | None = tile()
     num_warps: int | None = tile(power_of_two=True, maximum=32)
     num_stages: int | None = tile()
+    num_splits: int | None = tile()
 
 
 class RaggedPageAttentionv2Args(Args):

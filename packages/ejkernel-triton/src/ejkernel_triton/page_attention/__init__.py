@@ -1,0 +1,3 @@
+from .impl import TritonPageAttention
+
+__all__ = ["TritonPageAttention"]

@@ -1,0 +1,3 @@
+from .impl import TritonRaggedPageAttentionv2
+
+__all__ = ["TritonRaggedPageAttentionv2"]

@@ -1,0 +1,172 @@
+"""Host side of the Triton paged attention: the launch (strides of whichever cache layout) and the
+combine of the decode splits, shared by ``ragged_page_attention_v2`` and ``page_attention``.
+
+The kernel (``_kernel.paged_attention_kernel``) writes prefill rows straight into the output and
+each decode split's partial softmax state into scratch arrays; :func:`combine` merges the splits
+(with the sinks) and scatters the decode rows into the output. Rows no program writes (padding
+past ``query_start_loc[num_seqs]``) stay zero: the output is zeroed before the launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ejkernel.ops.families.serving import SoftmaxState, finish, merge_sinks
+
+from .._launch import launch
+from ._kernel import paged_attention_kernel
+from .heuristics import Tiles, _pow2
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheView:
+    """Where keys and values live: element strides ``(page, slot, head)`` and a constant element
+    offset, for keys and values (the K/V-interleaved cache passes the same array twice: keys at
+    even heads, values one head further)."""
+
+    k_strides: tuple[int, int, int]
+    k_offset: int
+    v_strides: tuple[int, int, int]
+    v_offset: int
+    page_size: int
+    head_dim: int
+    value_head_dim: int
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= int(n)
+    return out[::-1]
+
+
+def interleaved_view(kv_pages: Any) -> CacheView:
+    """``[num_pages, page_size, 2 * hkv, d]``: key head ``h`` is head ``2h``, its value ``2h + 1``."""
+    sp, ss, sh, _ = _strides(kv_pages.shape)
+    d = int(kv_pages.shape[3])
+    return CacheView((sp, ss, 2 * sh), 0, (sp, ss, 2 * sh), sh, int(kv_pages.shape[1]), d, d)
+
+
+def separate_view(key_cache: Any, value_cache: Any, heads_major: bool) -> CacheView:
+    """Separate key and value caches, ``[blocks, block_size, hkv, d]`` or (``heads_major``)
+    ``[blocks, hkv, block_size, d]``."""
+
+    def psh(cache: Any) -> tuple[int, int, int]:
+        s0, s1, s2, _ = _strides(cache.shape)
+        return (s0, s2, s1) if heads_major else (s0, s1, s2)
+
+    page_size = int(key_cache.shape[2 if heads_major else 1])
+    return CacheView(
+        psh(key_cache), 0, psh(value_cache), 0, page_size, int(key_cache.shape[3]), int(value_cache.shape[3])
+    )
+
+
+def paged_attention(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    view: CacheView,
+    context_lens: Any,
+    block_tables: Any,
+    query_start_loc: Any,
+    num_seqs: Any,
+    sinks: Any,
+    *,
+    num_kv_heads: int,
+    scale: float,
+    soft_cap: float | None,
+    window_left: int | None,
+    tiles: Tiles,
+    prefill: bool,
+) -> jax.Array:
+    """Attention of packed queries ``q [tokens, h, d]`` over a paged cache (see the module
+    docstring); ``prefill=False`` when no sequence can have more than ``tiles.decode_q`` queries
+    (``page_attention``: no prefill programs are launched). ``sinks``: ``[h, num_sinks]`` or None."""
+    t_all, h, d = (int(n) for n in q.shape)
+    dv = view.value_head_dim
+    m = int(block_tables.shape[0])
+    g = h // num_kv_heads
+    dv_pad = _pow2(dv)
+    block_m_dec = _pow2(tiles.decode_q * g)
+    block_q = tiles.block_q
+    num_prefill = t_all // block_q + m if prefill else 0
+    splits = tiles.num_splits
+    lens = context_lens.astype(jnp.int32)
+    tables = block_tables.astype(jnp.int32)
+    qsl = query_start_loc.astype(jnp.int32)
+    n = jnp.asarray(num_seqs, jnp.int32).reshape(1)
+    aux = sinks.astype(F32) if sinks is not None else jnp.zeros((1,), F32)
+    part_rows = (m, splits, num_kv_heads, block_m_dec)
+    out, pm, pl, pacc = launch(
+        paged_attention_kernel,
+        q, k_cache, v_cache, tables, lens, qsl, n, aux,
+        np.float32(scale), np.float32(soft_cap or 1.0), int(window_left or 0),
+        out_shape=[
+            jax.ShapeDtypeStruct((t_all, h, dv), q.dtype),
+            jax.ShapeDtypeStruct(part_rows, F32),
+            jax.ShapeDtypeStruct(part_rows, F32),
+            jax.ShapeDtypeStruct((*part_rows, dv_pad), F32),
+        ],
+        grid=((num_prefill + m * splits) * num_kv_heads,),
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+        zeroed_outputs=(0,),
+        name="ejkernel_paged_attention",
+        stride_qt=h * d, stride_qh=d,
+        stride_kp=view.k_strides[0], stride_ks=view.k_strides[1], stride_kh=view.k_strides[2], K_OFFSET=view.k_offset,
+        stride_vp=view.v_strides[0], stride_vs=view.v_strides[1], stride_vh=view.v_strides[2], V_OFFSET=view.v_offset,
+        stride_bt=int(tables.shape[1]), stride_ot=h * dv, stride_oh=dv,
+        NUM_KV_HEADS=num_kv_heads, GROUPS=g, PAGE_SIZE=view.page_size,
+        HEAD_DIM=d, HEAD_DIM_PAD=_pow2(d), HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad,
+        NUM_PREFILL=num_prefill, NUM_SPLITS=splits, DECODE_Q=tiles.decode_q, BLOCK_M_DEC=block_m_dec,
+        BLOCK_Q=block_q, BLOCK_M=_pow2(block_q * g), BLOCK_N=tiles.block_n,
+        HAS_WINDOW=window_left is not None, HAS_SOFTCAP=soft_cap is not None,
+        NUM_SINKS=0 if sinks is None else int(sinks.shape[1]),
+        # float32 inputs: three TF32 products per dot keep float32 accuracy on the tensor cores.
+        DOT_PRECISION="tf32x3" if q.dtype == F32 else "tf32",
+    )  # fmt: skip
+    return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)
+
+
+def combine(
+    out: jax.Array,
+    pm: jax.Array,
+    pl: jax.Array,
+    pacc: jax.Array,
+    qsl: jax.Array,
+    num_seqs: jax.Array,
+    sinks: Any,
+    *,
+    decode_q: int,
+    groups: int,
+) -> jax.Array:
+    """Merge each decode sequence's splits (partials ``[seqs, splits, hkv, rows(, dv_pad)]``, row
+    ``r`` = query ``r // groups`` of head ``r % groups``), add the sinks, normalize and write the
+    rows into ``out``; other sequences' partials (never written) are dropped unread."""
+    t_all, h, dv = out.shape
+    m, _, hk, _ = pm.shape
+    rows = decode_q * groups
+    shape = (m, -1, hk, decode_q, groups)
+    # [seqs, decode_q, hkv, groups(, dv), splits]: the split axis last, reduced like a row.
+    pm = pm[..., :rows].reshape(shape).transpose(0, 3, 2, 4, 1)
+    pl = pl[..., :rows].reshape(shape).transpose(0, 3, 2, 4, 1)
+    pacc = pacc[..., :rows, :dv].reshape(*shape, dv).transpose(0, 3, 2, 4, 5, 1)
+    m_all = pm.max(axis=-1)
+    w = jnp.exp(pm - jnp.where(m_all == -jnp.inf, 0.0, m_all)[..., None])
+    state = SoftmaxState(m_all, (pl * w).sum(axis=-1), (pacc * w[..., None, :]).sum(axis=-1))
+    if sinks is not None:
+        state = merge_sinks(state, sinks.reshape(1, 1, hk, groups, -1))
+    vals = finish(state).reshape(m * decode_q, h, dv).astype(out.dtype)
+    q_lens = qsl[1:] - qsl[:-1]
+    j = jnp.arange(decode_q, dtype=jnp.int32)
+    decode = (jnp.arange(m) < num_seqs) & (q_lens > 0) & (q_lens <= decode_q)
+    target = jnp.where(decode[:, None] & (j[None, :] < q_lens[:, None]), qsl[:-1, None] + j[None, :], t_all)
+    return out.at[target.reshape(-1)].set(vals, mode="drop")

@@ -1,0 +1,117 @@
+"""The Triton ``ragged_page_attention_v2`` implementation: what it declares, its configs, its entry point."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
+from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
+
+from .._launch import availability
+from . import heuristics as H
+from .heuristics import Tiles, _pow2
+
+
+def shape_of(args: RaggedPageAttentionv2Args) -> H.Shape:
+    g = args.num_groups
+    return H.Shape(
+        tokens=args.total_tokens,
+        max_seqs=args.max_num_seqs,
+        kv_heads=args.num_kv_heads,
+        groups=g,
+        head_dim=args.head_dim,
+        value_head_dim=args.head_dim,
+        page_size=args.page_size,
+        max_context=args.pages_per_seq * args.page_size,
+        itemsize=jnp.dtype(args.dtype).itemsize,
+        # With no more tokens than a decode takes, no sequence can be a prefill.
+        prefill=args.total_tokens > H.decode_q(g),
+    )
+
+
+def tiles_of(cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args) -> Tiles:
+    """The kernel's tiles: the key step is ``num_kv_pages_per_block`` pages rounded up to a power
+    of two of tokens (any page size works: each token finds its page)."""
+    assert cfg.num_kv_pages_per_block and cfg.num_queries_per_block and cfg.num_warps and cfg.num_stages
+    assert cfg.num_splits
+    return Tiles(
+        block_n=_pow2(cfg.num_kv_pages_per_block * args.page_size),
+        block_q=cfg.num_queries_per_block,
+        decode_q=H.decode_q(args.num_groups),
+        num_splits=cfg.num_splits,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def config_of(t: Tiles, page_size: int) -> RaggedPageAttentionv2Config:
+    return RaggedPageAttentionv2Config(
+        num_kv_pages_per_block=max(1, t.block_n // page_size),
+        num_queries_per_block=t.block_q,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+        num_splits=t.num_splits,
+    )
+
+
+class TritonRaggedPageAttentionv2(KernelImpl):
+    """Ragged paged attention in one Triton launch for NVIDIA GPUs: split-K decode tiles (a GQA
+    group's heads as the rows) and FlashAttention-2 prefill tiles, reading the interleaved cache
+    in place through the block table; the decode splits are merged in XLA."""
+
+    device_requirement = "an NVIDIA GPU"
+    dtypes = ("float16", "bfloat16", "float32")
+    max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256}
+    # One page per key step (many steps, page-crossing windows), 2-token prefill tiles (several
+    # tiles per chunk) and 3 splits: every path of the kernel on the small cases.
+    test_configs: ClassVar[Mapping[str, OpConfig]] = {
+        "page1-q2-split3": RaggedPageAttentionv2Config(
+            num_kv_pages_per_block=1, num_queries_per_block=2, num_warps=4, num_stages=1, num_splits=3
+        )
+    }
+
+    def available(self, device: DeviceInfo) -> str | None:
+        if device.compute_capability is None:
+            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
+        if device.compute_capability < (8, 0):
+            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
+        return availability()
+
+    def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
+        s = shape_of(args)
+        t = H.heuristic(s, device.compute_capability)
+        # The key step as whole pages (a page larger than the step: one page).
+        t = dataclasses.replace(t, block_n=_pow2(max(1, t.block_n // s.page_size) * s.page_size))
+        return config_of(H.fit(s, t, device.compute_capability), s.page_size)
+
+    def candidate_cfgs(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> list[RaggedPageAttentionv2Config]:
+        s = shape_of(args)
+        out = [config_of(t, s.page_size) for t in H.candidates(s, device.compute_capability)]
+        return list(dict.fromkeys(out))
+
+    def validate_cfg(
+        self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo
+    ) -> None:
+        H.check(tiles_of(cfg, args))
+
+    def resources(
+        self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo
+    ) -> list[Need]:
+        return H.needs(shape_of(args), tiles_of(cfg, args))
+
+    def run(self, args: RaggedPageAttentionv2Args, cfg: RaggedPageAttentionv2Config) -> jax.Array:
+        from ._call import interleaved_view, paged_attention
+
+        view = interleaved_view(args.kv_pages)
+        return paged_attention(
+            args.queries, args.kv_pages, args.kv_pages, view, args.context_lens, args.block_tables,
+            args.query_start_loc, args.num_seqs, args.softmax_aux,
+            num_kv_heads=args.num_kv_heads, scale=args.softmax_scale, soft_cap=args.logits_soft_cap,
+            window_left=None if args.sliding_window is None else args.sliding_window[0],
+            tiles=tiles_of(cfg, args), prefill=shape_of(args).prefill,
+        )  # fmt: skip
