@@ -18,6 +18,8 @@ from ejkernel.ops.flash_attention import FlashAttentionConfig
 from ejkernel.ops.flash_attention.cases import AttentionCase
 from ejkernel.ops.page_attention import PageAttentionConfig
 from ejkernel.ops.page_attention.cases import PageAttentionCase
+from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Config
+from ejkernel.ops.ragged_page_attention_v2.cases import RaggedPageCase
 from ejkernel.testing import conformance as C
 from ejkernel_pallas.tpu.flash_attention import PallasTpuFlashAttention
 from ejkernel_pallas.tpu.flash_attention import heuristics as FH
@@ -31,6 +33,9 @@ from ejkernel_pallas.tpu.flash_attention.impl import (
 )
 from ejkernel_pallas.tpu.page_attention import PallasTpuPageAttention
 from ejkernel_pallas.tpu.page_attention import heuristics as PH
+from ejkernel_pallas.tpu.ragged_page_attention_v2 import PallasTpuRaggedPageAttentionv2
+from ejkernel_pallas.tpu.ragged_page_attention_v2 import heuristics as RH
+from ejkernel_pallas.tpu.ragged_page_attention_v2._plan import plan_ragged
 
 # The pretend TPU of the interpret-mode op tests (tests/ops/_pallas_support.py): declarations are
 # checked against it without a TPU.
@@ -43,11 +48,17 @@ def registered(op: str):
 
 
 FLASH, PAGE = registered("flash_attention"), registered("page_attention")
+RAGGED = registered("ragged_page_attention_v2")
 check = kernel_registry.check
 
 
 @pytest.mark.parametrize(
-    ("op", "cls"), [("flash_attention", PallasTpuFlashAttention), ("page_attention", PallasTpuPageAttention)]
+    ("op", "cls"),
+    [
+        ("flash_attention", PallasTpuFlashAttention),
+        ("page_attention", PallasTpuPageAttention),
+        ("ragged_page_attention_v2", PallasTpuRaggedPageAttentionv2),
+    ],
 )
 def test_registered_through_the_entry_point(op, cls):
     impl = kernel_registry.get(op, platform="pallas")
@@ -65,7 +76,12 @@ def test_no_ring_attention_without_the_lse_protocol():
     assert not FLASH.supports_lse
     assert "pallas" not in [i.name for i in kernel_registry.implementations("ring_attention")]
     info = {b.name: b for b in kernel_registry.backends()}["pallas"]
-    assert sorted(info.implementations) == ["flash_attention/pallas", "grouped_matmul/pallas", "page_attention/pallas"]
+    assert sorted(info.implementations) == [
+        "flash_attention/pallas",
+        "grouped_matmul/pallas",
+        "page_attention/pallas",
+        "ragged_page_attention_v2/pallas",
+    ]
 
 
 def test_registration_does_not_import_pallas():
@@ -125,6 +141,10 @@ def test_declarations():
     assert "decline" not in vars(PallasTpuPageAttention)
     assert dict(PAGE.unsupported) == {}
     assert PAGE.test_configs == {"step32tokens": PageAttentionConfig(tokens_per_block=32)}
+    assert tuple(RAGGED.dtypes) == ("float32", "bfloat16")
+    assert dict(RAGGED.allowed_sizes) == {} and dict(RAGGED.max_sizes) == {}
+    assert dict(RAGGED.unsupported) == {}
+    assert "decline" not in vars(PallasTpuRaggedPageAttentionv2)
 
 
 def test_device_declines():
@@ -137,6 +157,12 @@ def test_device_declines():
     pargs = C.bind("page_attention", **_page_inputs())
     assert PAGE.available(TPU) is None and check(PAGE, pargs, TPU) is None
     assert "TPU v4 or newer" in check(PAGE, pargs, DeviceInfo(platform="tpu", kind="TPU v2"))
+    rargs = C.bind("ragged_page_attention_v2", **_ragged_inputs())
+    assert RAGGED.available(TPU) is None and check(RAGGED, rargs, TPU) is None
+    assert "TPU v4 or newer" in check(RAGGED, rargs, DeviceInfo(platform="tpu", kind="TPU v3"))
+    assert check(RAGGED, rargs, gpu) == "needs a TPU; this call runs on gpu (NVIDIA H200)"
+    f16 = C.bind("ragged_page_attention_v2", **_ragged_inputs("float16"))
+    assert check(RAGGED, f16, TPU) == "supports float32, bfloat16 inputs, got float16"
 
 
 def test_flash_feature_declines():
@@ -250,6 +276,85 @@ def test_page_configs():
     assert PH.buffer_bytes(1, 16, 2, 128, 128, jnp.bfloat16) == 2 * 16 * 16 * 256 * 2
     assert PH.buffer_bytes(1, 16, 2, 128, 128, jnp.bfloat16, heads_major=True) == 2 * 2 * 16 * 256 * 2
     assert PH.buffer_bytes(1, 8, 16, 64, 64, jnp.float32, heads_major=True) == 2 * 16 * 8 * 256 * 4
+
+
+def _ragged_inputs(dtype: str = "float32") -> dict:
+    return RaggedPageCase("r", seqs=((5, 29), (1, 17)), dtype=dtype).inputs()
+
+
+def test_ragged_configs():
+    args = C.bind("ragged_page_attention_v2", **_ragged_inputs())
+    cfg = RAGGED.heuristic_cfg(args, TPU)
+    RAGGED.validate_cfg(cfg, args, TPU)
+    assert cfg.num_queries_per_block % 8 == 0
+    for cand in RAGGED.candidate_cfgs(args, TPU):
+        RAGGED.validate_cfg(cand, args, TPU)
+    # More pages than the table holds are clamped to it, not refused.
+    RAGGED.validate_cfg(RaggedPageAttentionv2Config(num_kv_pages_per_block=500, num_queries_per_block=8), args, TPU)
+    with pytest.raises(ValueError, match="num_queries_per_block must be a positive multiple of 8, got 12"):
+        RAGGED.validate_cfg(RaggedPageAttentionv2Config(num_kv_pages_per_block=1, num_queries_per_block=12), args, TPU)
+    with pytest.raises(ValueError, match="needs num_kv_pages_per_block and num_queries_per_block"):
+        RAGGED.validate_cfg(RaggedPageAttentionv2Config(num_kv_pages_per_block=1), args, TPU)
+    big = C.bind(
+        "ragged_page_attention_v2",
+        **RaggedPageCase("big", seqs=((1, 4096),), h=64, hk=32, d=256, page_size=16).inputs(),
+    )
+    with pytest.raises(ValueError, match="MiB budget"):
+        RAGGED.validate_cfg(RaggedPageAttentionv2Config(num_kv_pages_per_block=64, num_queries_per_block=256), big, TPU)
+    # Decode batches (a token per sequence) get the smallest query block, prefill batches larger
+    # ones; every heuristic fits the budget.
+    shape = dict(page_size=16, num_heads=32, num_kv_heads=8, d=128, dtype=jnp.bfloat16)
+    assert RH.heuristic(64, 64, 512, *shape.values()) == (32, 8)
+    assert RH.heuristic(16384, 8, 128, *shape.values())[1] == 128
+    for tokens, seqs, hk, d, dtype in itertools.product(
+        (1, 64, 2108, 16384), (1, 8, 64), (1, 8, 32), (64, 128, 256), (jnp.float32, jnp.bfloat16)
+    ):
+        pages, block_q = RH.heuristic(tokens, seqs, 512, 16, 4 * hk, hk, d, dtype)
+        assert block_q % 8 == 0 and block_q <= max(8, -(-tokens // 8) * 8)
+        RH.check(pages, block_q, 16, 4 * hk, hk, d, dtype)
+
+
+RAGGED_PLAN_CASES = [
+    # (q_len, context) per live sequence, max_num_seqs, total tokens, block_q
+    (((1, 17), (5, 40), (1, 1), (12, 12), (1, 33)), 5, 20, 8),
+    (((3, 10), (0, 5), (2, 2)), 6, 9, 8),
+    (((0, 4), (0, 9)), 3, 4, 8),
+    (((20, 20), (0, 3), (7, 7)), 4, 27, 16),
+    (((1, 5),) * 10, 12, 16, 8),
+]
+
+
+@pytest.mark.parametrize("case", RAGGED_PLAN_CASES)
+def test_ragged_plan_lists_exactly_the_sequences_of_each_query_block(case):
+    seqs, m, total, block_q = case
+    n = len(seqs)
+    qsl = np.zeros(m + 1, np.int32)
+    qsl[1 : n + 1] = np.cumsum([q for q, _ in seqs])
+    qsl[n + 1 :] = qsl[n]
+    lens = np.zeros(m, np.int32)
+    lens[:n] = [c for _, c in seqs]
+    tables = np.arange(m * 8, dtype=np.int32).reshape(m, 8) * 3 - 5  # some out of the cache: clipped
+    plan, nq = plan_ragged(
+        jnp.asarray(qsl), jnp.asarray(lens), jnp.asarray(tables), jnp.asarray(n, jnp.int32),
+        total_tokens=total, block_q=block_q, num_pages=100,
+    )  # fmt: skip
+    p = {k: np.asarray(v) for k, v in dataclasses.asdict(plan).items()}
+    assert nq == -(-total // block_q)
+    busy = []
+    for b in range(nq):
+        rows = set(range(b * block_q, min((b + 1) * block_q, total)))
+        want = [i for i in range(n) if rows & set(range(qsl[i], qsl[i + 1]))]
+        got = [int(p["seq"][e]) for e in range(p["seq_lo"][b], p["seq_hi"][b])]
+        assert got == want, (b, got, want)
+        for e in range(p["seq_lo"][b], p["seq_hi"][b]):
+            i = int(p["seq"][e])
+            assert (p["q_start"][e], p["q_end"][e], p["kv_len"][e]) == (qsl[i], qsl[i + 1], lens[i])
+        busy.append(bool(want))
+    for b in range(nq):
+        later = [c for c in range(b + 1, nq) if busy[c]]
+        assert p["next_blk"][b] == (later[0] if later else nq)
+    assert p["first"][0] == (busy.index(True) if any(busy) else nq)
+    assert p["tables"].min() >= 0 and p["tables"].max() <= 99
 
 
 PLAN_CASES = [

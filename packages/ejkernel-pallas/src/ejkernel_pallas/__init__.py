@@ -23,6 +23,7 @@ OPS = (
     "flash_attention",
     "page_attention",
     "grouped_matmul",
+    "ragged_page_attention_v2",
 )
 
 
@@ -34,11 +35,13 @@ def register(registry: Any) -> None:
     from .tpu.flash_attention import PallasTpuFlashAttention
     from .tpu.grouped_matmul import PallasTpuGroupedMatmul
     from .tpu.page_attention import PallasTpuPageAttention
+    from .tpu.ragged_page_attention_v2 import PallasTpuRaggedPageAttentionv2
 
     impls = {
         "flash_attention": PallasTpuFlashAttention,
         "page_attention": PallasTpuPageAttention,
         "grouped_matmul": PallasTpuGroupedMatmul,
+        "ragged_page_attention_v2": PallasTpuRaggedPageAttentionv2,
     }
     # No ring_attention: the flash kernels do not provide the log-sum-exp protocol
     # (AttentionImpl.supports_lse) that ejkernel.ops.ring_attention.RingAttentionImpl combines.

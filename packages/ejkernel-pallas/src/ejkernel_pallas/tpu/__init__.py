@@ -1,5 +1,6 @@
-"""Mosaic TPU kernels: ``flash_attention`` (forward and backward), ``page_attention`` (decode) and
-``grouped_matmul`` (megablox gmm/tgmm).
+"""Mosaic TPU kernels: ``flash_attention`` (forward and backward), ``page_attention`` (decode),
+``ragged_page_attention_v2`` (mixed prefill and decode over a paged cache) and ``grouped_matmul``
+(megablox gmm/tgmm).
 
 Each op folder holds ``impl.py`` (what the implementation declares it supports, its configs),
 ``heuristics.py`` (block sizes: pure functions of shapes and dtype) and the kernels with their

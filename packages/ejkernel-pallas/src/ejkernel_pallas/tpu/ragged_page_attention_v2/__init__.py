@@ -1,0 +1,3 @@
+from .impl import PallasTpuRaggedPageAttentionv2
+
+__all__ = ["PallasTpuRaggedPageAttentionv2"]
