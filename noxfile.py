@@ -213,7 +213,16 @@ def triton_interpret(session: nox.Session) -> None:
     workplace's machines carry it for Python 3.11. NumPy stays below 2.3, whose stricter scalar
     conversion the Triton 3.6 interpreter trips over.
     """
-    session.install(*JAX_OLDEST, "torch==2.13.0", "numpy<2.3", "pytest", "pytest-xdist", "-e", "packages/ejkernel-core")
+    session.install(
+        *JAX_OLDEST,
+        "torch==2.13.0",
+        "numpy<2.3",
+        "pytest",
+        "pytest-xdist",
+        "pytest-timeout",
+        "-e",
+        "packages/ejkernel-core",
+    )
     session.install("--no-deps", "-e", "packages/ejkernel-xla", "-e", "packages/ejkernel-triton", "triton==3.6.0")
     session.run(
         "pytest",
