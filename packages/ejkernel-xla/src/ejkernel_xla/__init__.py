@@ -25,6 +25,7 @@ OPS = (
     "page_attention",
     "ragged_decode_attention",
     "ragged_page_attention_v2",
+    "prefill_page_attention",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -53,6 +54,7 @@ def register(registry: Any) -> None:
     from .lightning_attention import XlaLightningAttention
     from .mean_pooling import XlaMeanPooling
     from .page_attention import XlaPageAttention
+    from .prefill_page_attention import XlaPrefillPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
     from .recurrent_attention import XlaRecurrentAttention
@@ -67,6 +69,7 @@ def register(registry: Any) -> None:
         "page_attention": XlaPageAttention,
         "ragged_decode_attention": XlaRaggedDecodeAttention,
         "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
+        "prefill_page_attention": XlaPrefillPageAttention,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,
