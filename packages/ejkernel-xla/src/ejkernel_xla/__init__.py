@@ -26,6 +26,7 @@ OPS = (
     "ragged_decode_attention",
     "ragged_page_attention_v2",
     "prefill_page_attention",
+    "unified_attention",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -61,6 +62,7 @@ def register(registry: Any) -> None:
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
     from .state_space_v2 import XlaStateSpaceV2
+    from .unified_attention import XlaUnifiedAttention
 
     impls = {
         "attention": XlaAttention,
@@ -70,6 +72,7 @@ def register(registry: Any) -> None:
         "ragged_decode_attention": XlaRaggedDecodeAttention,
         "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
         "prefill_page_attention": XlaPrefillPageAttention,
+        "unified_attention": XlaUnifiedAttention,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,

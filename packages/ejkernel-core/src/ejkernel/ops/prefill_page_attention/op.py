@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from ..args import Args, array, concrete, positive_float, shape_str, static, static_float, static_int
+from ..args import Args, array, concrete, positive_float, shape_str, static, static_float
 from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..families.serving import FEATURES as SERVING_FEATURES
+from ..families.serving import last_tokens_window
 from ..op import Op
 
 __all__ = ["PrefillPageAttention", "PrefillPageAttentionArgs", "PrefillPageAttentionConfig"]
@@ -70,12 +71,6 @@ class PrefillPageAttentionArgs(Args, divides=[("num_kv_heads", "num_heads")]):
 FEATURES: dict[str, tuple[str, Any]] = {
     k: v for k, v in SERVING_FEATURES.items() if k not in ("value_head_dim", "softmax_aux")
 }
-
-
-def last_tokens_window(op: str, name: str, w: Any) -> tuple[int, int] | None:
-    """A window of ``w`` tokens (the query's own and the ``w - 1`` before it) as ``(left, right)``."""
-    w = static_int(op, name, w, minimum=1)
-    return None if w is None else (w - 1, 0)
 
 
 class PrefillPageAttention(Op):
