@@ -139,6 +139,32 @@ def use_v2_v3():
     close(ejkernel.grouped_matmul(lhs, w, jnp.array([4, 5]), use_v3=True), plain, 0)
 
 
+def prefill_mask_value():
+    kc = vc = normal(7, (2, 4, 8, 16))
+    q = normal(8, (5, 4, 16))
+    args = (q, kc, vc, jnp.array([20], jnp.int32), jnp.array([3, 0, 2], jnp.int32))
+    close(ejkernel.prefill_page_attention(*args, mask_value=-1.0), ejkernel.prefill_page_attention(*args), 0)
+
+
+def unified_causal():
+    kc = vc = normal(9, (4, 8, 2, 16))
+    args = (normal(10, (2, 4, 16)), kc, vc, jnp.array([9, 5]), jnp.array([[0, 1], [2, 3]]), jnp.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"causal=False is not supported"):
+        ejkernel.unified_attention(*args, causal=False)
+
+
+def unified_soft_cap_then_biases():
+    # One decode of a 3-token context, one head: softmax(cap · tanh(s · q·k / cap) + slope · (t - 2)).
+    kc, vc, q = normal(11, (1, 8, 1, 16)), normal(12, (1, 8, 1, 16)), normal(13, (1, 1, 16))
+    scale, cap, slope = 0.5, 2.0, 0.7
+    out = ejkernel.unified_attention(
+        q, kc, vc, jnp.array([3]), jnp.array([[0]]), jnp.array([0, 1]), jnp.array([slope]),
+        softmax_scale=scale, logits_soft_cap=cap,
+    )  # fmt: skip
+    logits = cap * jnp.tanh(scale * (kc[0, :3, 0] @ q[0, 0]) / cap) + slope * (jnp.arange(3) - 2)
+    close(out[0, 0], jax.nn.softmax(logits) @ vc[0, :3, 0])
+
+
 @dataclasses.dataclass(frozen=True)
 class Item:
     """One listed difference: ``check`` calls it (the earlier behaviour, or the documented one);
@@ -171,6 +197,13 @@ ITEMS = (
     Item("grouped_matmul(rhs_scale=)", rhs_scale),
     Item("grouped_matmul(out_shard_callback=)", out_shard_callback, ("`out_shard_callback`", "refused")),
     Item("grouped_matmul(use_v2=, use_v3=)", use_v2_v3, ("`use_v2` / `use_v3`", "accepted and ignored")),
+    Item("prefill_page_attention(mask_value=)", prefill_mask_value, ("`prefill_page_attention(mask_value=)`",)),
+    Item("unified_attention(causal=False)", unified_causal, ("`unified_attention(causal=False)`",)),
+    Item(
+        "unified_attention's soft cap and biases",
+        unified_soft_cap_then_biases,
+        ("soft-caps the logits before adding the ALiBi and query-query biases",),
+    ),
 )
 
 

@@ -25,6 +25,8 @@ OPS = (
     "page_attention",
     "ragged_decode_attention",
     "ragged_page_attention_v2",
+    "prefill_page_attention",
+    "unified_attention",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -53,12 +55,14 @@ def register(registry: Any) -> None:
     from .lightning_attention import XlaLightningAttention
     from .mean_pooling import XlaMeanPooling
     from .page_attention import XlaPageAttention
+    from .prefill_page_attention import XlaPrefillPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
     from .recurrent_attention import XlaRecurrentAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
     from .state_space_v2 import XlaStateSpaceV2
+    from .unified_attention import XlaUnifiedAttention
 
     impls = {
         "attention": XlaAttention,
@@ -67,6 +71,8 @@ def register(registry: Any) -> None:
         "page_attention": XlaPageAttention,
         "ragged_decode_attention": XlaRaggedDecodeAttention,
         "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
+        "prefill_page_attention": XlaPrefillPageAttention,
+        "unified_attention": XlaUnifiedAttention,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,

@@ -429,3 +429,69 @@ def ragged_reference(
         )
     rows.append(jnp.zeros((t_all - int(qsl[n]), h, value_dim), dtype))
     return jnp.concatenate(rows).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-sum-exp (to merge the outputs of attention over disjoint key sets)
+
+
+def state_lse(state: SoftmaxState) -> jax.Array:
+    """Each row's log-sum-exp: the natural log of its softmax denominator, in the logits' domain
+    (scaled, capped, biased; sinks included once merged); ``-inf`` for a row that saw nothing."""
+    return jnp.where(state.l > 0, state.m + jnp.log(jnp.where(state.l > 0, state.l, 1.0)), -jnp.inf)
+
+
+def ragged_reference_lse(
+    queries: Any,
+    read_sequence: Callable[[int, int], tuple[Any, Any]],
+    kv_lens: Any,
+    query_start_loc: Any,
+    num_seqs: Any,
+    *,
+    scale: float | None,
+    soft_cap: float | None,
+    sinks: Any,
+    window: tuple[int, int] | None,
+    bias: Callable[[int, Any, Any], Any] | None = None,
+    dtype: Any,
+    precision: Any,
+) -> jax.Array:
+    """The log-sum-exp ``[tokens, h]`` (float32) of :func:`ragged_reference`'s causal softmax (same
+    arguments; ``window`` as ``(left, right)``), every logit at once: rows of no live sequence are
+    ``-inf``."""
+    t_all, h = queries.shape[:2]
+    lens, qsl = np.asarray(kv_lens), np.asarray(query_start_loc)
+    n = int(np.asarray(num_seqs).reshape(()))
+    scale = scale if scale is not None else queries.shape[2] ** -0.5
+    out = jnp.full((t_all, h), -jnp.inf, F32)
+    for i in range(n):
+        lo, hi, kv_len = int(qsl[i]), int(qsl[i + 1]), int(lens[i])
+        if hi == lo:
+            continue
+        k, _ = read_sequence(i, kv_len)
+        pos = kv_len - (hi - lo) + np.arange(hi - lo)[:, None]
+        t = np.arange(kv_len)[None, :]
+        valid = t <= pos
+        if window is not None:
+            valid = valid & (t >= pos - window[0]) & (t <= pos + window[1])
+        k = k.astype(dtype)[:, jnp.arange(h) // (h // k.shape[-2])]  # each query head's kv head
+        logits = jnp.einsum("qhd,khd->hqk", queries[lo:hi].astype(dtype), k, precision=precision) * scale
+        if soft_cap is not None:
+            logits = soft_cap * jnp.tanh(logits / soft_cap)
+        if bias is not None:
+            logits = logits + jnp.asarray(bias(i, pos, t), dtype)
+        logits = jnp.where(jnp.asarray(valid)[None], logits, -jnp.inf)
+        if sinks is not None:
+            s = jnp.broadcast_to(sinks.astype(dtype)[:, None, :], (*logits.shape[:-1], sinks.shape[-1]))
+            logits = jnp.concatenate([logits, s], axis=-1)
+        out = out.at[lo:hi].set(jax.nn.logsumexp(logits.astype(F32), axis=-1).T)
+    return out
+
+
+def last_tokens_window(op: str, name: str, w: Any) -> tuple[int, int] | None:
+    """A sliding window of ``w`` tokens, the query's own and the ``w - 1`` before it (vLLM's and
+    JetStream's meaning), as ``(left, right)``; ``None`` stays ``None``."""
+    from ..args import static_int
+
+    w = static_int(op, name, w, minimum=1)
+    return None if w is None else (w - 1, 0)

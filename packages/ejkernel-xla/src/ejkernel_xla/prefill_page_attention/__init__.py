@@ -1,0 +1,3 @@
+from .impl import XlaPrefillPageAttention
+
+__all__ = ["XlaPrefillPageAttention"]

@@ -1,0 +1,3 @@
+from .impl import XlaUnifiedAttention
+
+__all__ = ["XlaUnifiedAttention"]
