@@ -8,7 +8,9 @@ bindings:
 - :func:`ragged_query_rows`: each packed query row's sequence, position and key range;
 - :func:`paged_scan`: the blocked online-softmax attention of packed rows over their sequences'
   pages, for any cache layout (the caller reads a block of pages);
-- :func:`ragged_reference`: the references' per-sequence dense attention;
+- :func:`ragged_reference`: the references' per-sequence dense attention (and log-sum-exp);
+- :func:`state_lse`: the log-sum-exp of a finished online softmax (to merge cascades);
+- :func:`last_tokens_window`: a window of the last ``w`` tokens (vLLM's, JetStream's meaning);
 - :func:`gather_pages`: a block of each row's pages, as one run of tokens, read from the cache
   in place (index-clamped, so a garbage entry in an unused table slot cannot fault);
 - :func:`sinks_per_head`: ``softmax_aux`` as ``[num_heads, num_sinks]`` (a 1-D ``[num_heads]`` is
@@ -38,6 +40,7 @@ __all__ = [
     "SoftmaxState",
     "finish",
     "gather_pages",
+    "last_tokens_window",
     "masked_attention_reference",
     "masked_logits",
     "merge_block",
@@ -49,6 +52,7 @@ __all__ = [
     "ragged_query_rows",
     "ragged_reference",
     "sinks_per_head",
+    "state_lse",
 ]
 
 #: The features of the decode and serving ops (``page_attention``, ``ragged_decode_attention``,
@@ -94,12 +98,14 @@ def masked_attention_reference(
     dtype: Any,
     precision: Any,
     bias: Any = None,
-) -> jax.Array:
+    return_lse: bool = False,
+) -> Any:
     """Naive attention for the references: ``q [..., rows, h, d]`` over ``k``/``v``
     ``[..., keys, hk, d]`` (query head ``i`` reads kv head ``i // (h // hk)``) where ``valid
     [..., rows, keys]``; ``sinks`` ``[h, num_sinks]`` or ``None``. Masked keys' values are zeroed
     first (they may be NaN); a row with no valid key is zero. ``bias`` (``[..., h, rows, keys]``)
-    is added to the capped logits."""
+    is added to the capped logits. ``return_lse``: also each row's log-sum-exp ``[..., rows, h]``
+    (float32; ``-inf`` for a row with no valid key)."""
     h, hk = q.shape[-2], k.shape[-2]
     heads = jnp.arange(h) // (h // hk)
     k = jnp.where(valid.any(axis=-2)[..., None, None], k.astype(dtype), 0)[..., heads, :]
@@ -118,7 +124,10 @@ def masked_attention_reference(
     e = jnp.exp(logits - jnp.where(jnp.isfinite(m), m, 0))
     denom = e.sum(axis=-1, keepdims=True)
     p = (e / jnp.where(denom > 0, denom, 1))[..., :n]
-    return jnp.einsum("...hqk,...khd->...qhd", p, v, precision=precision)
+    out = jnp.einsum("...hqk,...khd->...qhd", p, v, precision=precision)
+    if not return_lse:
+        return out
+    return out, jnp.swapaxes(jax.nn.logsumexp(logits.astype(F32), axis=-1), -1, -2)
 
 
 class SoftmaxState(NamedTuple):
@@ -390,12 +399,14 @@ def ragged_reference(
     bias: Callable[[int, Any, Any], Any] | None = None,
     dtype: Any,
     precision: Any,
-) -> jax.Array:
+    return_lse: bool = False,
+) -> Any:
     """Naive attention of packed query rows, sequence by sequence (the index arrays must be
     concrete): sequence ``i < num_seqs`` owns rows ``query_start_loc[i] .. [i + 1] - 1``, the last
     of its ``kv_lens[i]`` tokens; ``read_sequence(i, kv_len)`` returns its keys and values ``[kv_len,
     hk, *]``. ``bias(i, pos [q, 1], key [1, kv_len])`` returns ``[h, q, kv_len]`` added to the
-    capped logits. Rows of no live sequence are zero."""
+    capped logits. Rows of no live sequence are zero. ``return_lse``: also each row's log-sum-exp
+    ``[tokens, h]`` (float32, sinks included; ``-inf`` for rows of no live sequence)."""
     t_all, h = queries.shape[:2]
     lens, qsl = np.asarray(kv_lens), np.asarray(query_start_loc)
     n = int(np.asarray(num_seqs).reshape(()))
@@ -403,6 +414,7 @@ def ragged_reference(
         window = (window, 0 if causal else window)
     scale = scale if scale is not None else queries.shape[2] ** -0.5
     rows = [jnp.zeros((int(qsl[0]), h, value_dim), dtype)]
+    lses = [jnp.full((int(qsl[0]), h), -jnp.inf, F32)]
     for i in range(n):
         lo, hi, kv_len = int(qsl[i]), int(qsl[i + 1]), int(lens[i])
         if hi == lo:
@@ -413,22 +425,25 @@ def ragged_reference(
         valid = t <= pos if causal else np.ones((hi - lo, kv_len), bool)
         if window is not None:
             valid = valid & (t >= pos - window[0]) & (t <= pos + window[1])
-        rows.append(
-            masked_attention_reference(
-                queries[lo:hi],
-                k,
-                v,
-                jnp.asarray(valid),
-                scale=scale,
-                soft_cap=soft_cap,
-                sinks=sinks,
-                bias=None if bias is None else bias(i, pos, t),
-                dtype=dtype,
-                precision=precision,
-            )
+        out, lse = masked_attention_reference(
+            queries[lo:hi],
+            k,
+            v,
+            jnp.asarray(valid),
+            scale=scale,
+            soft_cap=soft_cap,
+            sinks=sinks,
+            bias=None if bias is None else bias(i, pos, t),
+            dtype=dtype,
+            precision=precision,
+            return_lse=True,
         )
+        rows.append(out)
+        lses.append(lse)
     rows.append(jnp.zeros((t_all - int(qsl[n]), h, value_dim), dtype))
-    return jnp.concatenate(rows).astype(dtype)
+    lses.append(jnp.full((t_all - int(qsl[n]), h), -jnp.inf, F32))
+    out = jnp.concatenate(rows).astype(dtype)
+    return (out, jnp.concatenate(lses)) if return_lse else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,53 +454,6 @@ def state_lse(state: SoftmaxState) -> jax.Array:
     """Each row's log-sum-exp: the natural log of its softmax denominator, in the logits' domain
     (scaled, capped, biased; sinks included once merged); ``-inf`` for a row that saw nothing."""
     return jnp.where(state.l > 0, state.m + jnp.log(jnp.where(state.l > 0, state.l, 1.0)), -jnp.inf)
-
-
-def ragged_reference_lse(
-    queries: Any,
-    read_sequence: Callable[[int, int], tuple[Any, Any]],
-    kv_lens: Any,
-    query_start_loc: Any,
-    num_seqs: Any,
-    *,
-    scale: float | None,
-    soft_cap: float | None,
-    sinks: Any,
-    window: tuple[int, int] | None,
-    bias: Callable[[int, Any, Any], Any] | None = None,
-    dtype: Any,
-    precision: Any,
-) -> jax.Array:
-    """The log-sum-exp ``[tokens, h]`` (float32) of :func:`ragged_reference`'s causal softmax (same
-    arguments; ``window`` as ``(left, right)``), every logit at once: rows of no live sequence are
-    ``-inf``."""
-    t_all, h = queries.shape[:2]
-    lens, qsl = np.asarray(kv_lens), np.asarray(query_start_loc)
-    n = int(np.asarray(num_seqs).reshape(()))
-    scale = scale if scale is not None else queries.shape[2] ** -0.5
-    out = jnp.full((t_all, h), -jnp.inf, F32)
-    for i in range(n):
-        lo, hi, kv_len = int(qsl[i]), int(qsl[i + 1]), int(lens[i])
-        if hi == lo:
-            continue
-        k, _ = read_sequence(i, kv_len)
-        pos = kv_len - (hi - lo) + np.arange(hi - lo)[:, None]
-        t = np.arange(kv_len)[None, :]
-        valid = t <= pos
-        if window is not None:
-            valid = valid & (t >= pos - window[0]) & (t <= pos + window[1])
-        k = k.astype(dtype)[:, jnp.arange(h) // (h // k.shape[-2])]  # each query head's kv head
-        logits = jnp.einsum("qhd,khd->hqk", queries[lo:hi].astype(dtype), k, precision=precision) * scale
-        if soft_cap is not None:
-            logits = soft_cap * jnp.tanh(logits / soft_cap)
-        if bias is not None:
-            logits = logits + jnp.asarray(bias(i, pos, t), dtype)
-        logits = jnp.where(jnp.asarray(valid)[None], logits, -jnp.inf)
-        if sinks is not None:
-            s = jnp.broadcast_to(sinks.astype(dtype)[:, None, :], (*logits.shape[:-1], sinks.shape[-1]))
-            logits = jnp.concatenate([logits, s], axis=-1)
-        out = out.at[lo:hi].set(jax.nn.logsumexp(logits.astype(F32), axis=-1).T)
-    return out
 
 
 def last_tokens_window(op: str, name: str, w: Any) -> tuple[int, int] | None:

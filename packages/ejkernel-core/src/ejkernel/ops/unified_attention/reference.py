@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..families.serving import ragged_reference, ragged_reference_lse, sinks_per_head
+from ..families.serving import ragged_reference, sinks_per_head
 from ..flash_attention.reference import HIGHEST
 
 __all__ = ["reference", "unified_attention_reference"]
@@ -57,7 +57,13 @@ def unified_attention_reference(
             out = out + jnp.where(inside, qq.astype(dtype), 0)[None]
         return out
 
-    common = dict(
+    return ragged_reference(
+        queries,
+        read_sequence,
+        kv_lens,
+        query_start_loc,
+        len(lens),
+        value_dim=value_cache.shape[-1],
         scale=softmax_scale,
         soft_cap=logits_soft_cap,
         sinks=sinks_per_head(softmax_aux, queries.shape[1]),
@@ -65,13 +71,8 @@ def unified_attention_reference(
         bias=bias if alibi_slopes is not None or qq_bias is not None else None,
         dtype=dtype,
         precision=precision,
+        return_lse=return_lse,
     )
-    out = ragged_reference(
-        queries, read_sequence, kv_lens, query_start_loc, len(lens), value_dim=value_cache.shape[-1], **common
-    )
-    if not return_lse:
-        return out
-    return out, ragged_reference_lse(queries, read_sequence, kv_lens, query_start_loc, len(lens), **common)
 
 
 reference = unified_attention_reference
