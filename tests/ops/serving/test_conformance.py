@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from .._conformance import conformance_tests
 
-OPS = ["ragged_decode_attention", "ragged_page_attention_v2"]
+OPS = ["ragged_decode_attention", "ragged_page_attention_v2", "ragged_page_attention_v3"]
 
 test_conformance, test_conformance_full = conformance_tests(OPS)

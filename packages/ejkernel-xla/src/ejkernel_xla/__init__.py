@@ -25,6 +25,7 @@ OPS = (
     "page_attention",
     "ragged_decode_attention",
     "ragged_page_attention_v2",
+    "ragged_page_attention_v3",
     "state_space_v1",
     "kernel_delta_attention",
     "gated_delta_rule",
@@ -55,6 +56,7 @@ def register(registry: Any) -> None:
     from .page_attention import XlaPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
+    from .ragged_page_attention_v3 import XlaRaggedPageAttentionv3
     from .recurrent_attention import XlaRecurrentAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
@@ -67,6 +69,7 @@ def register(registry: Any) -> None:
         "page_attention": XlaPageAttention,
         "ragged_decode_attention": XlaRaggedDecodeAttention,
         "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
+        "ragged_page_attention_v3": XlaRaggedPageAttentionv3,
         "state_space_v1": XlaStateSpaceV1,
         "kernel_delta_attention": XlaKernelDeltaAttention,
         "gated_delta_rule": XlaGatedDeltaRule,
