@@ -160,6 +160,18 @@ def test_a_new_op_reaches_exports_info_conformance_and_bench(scale_op, tmp_path,
     assert all(r["gbps"] > 0 for r in records) and records[0]["check"] == "ok"
 
 
+def test_an_op_declares_the_arrays_an_eager_call_donates(scale_op, monkeypatch):
+    x = jnp.arange(12.0).reshape(3, 4)
+    jitted = jax.jit(lambda x: ejkernel.scale(x, factor=3.0))(x)
+    assert not x.is_deleted()  # nothing is donated by default, nor under the caller's jit
+    monkeypatch.setattr(scale_op, "donate", ("x",))
+    assert not jax.jit(lambda x: ejkernel.scale(x, factor=3.0))(x).is_deleted() and not x.is_deleted()
+    out = ejkernel.scale(x, factor=3.0)
+    assert x.is_deleted() and np.array_equal(np.asarray(out), np.asarray(jitted))
+    with pytest.raises(TypeError, match=r"donate names no array argument: \['y'\]"):
+        type("Bad", (scale_op,), {"name": "bad_scale", "donate": ("y",)})
+
+
 def test_a_new_op_is_sharded_from_its_declaration(scale_op):
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from .._conformance import conformance_tests
 
-OPS = ["ragged_decode_attention", "ragged_page_attention_v2", "prefill_page_attention", "unified_attention"]
+OPS = [
+    "ragged_decode_attention",
+    "ragged_page_attention_v2",
+    "ragged_page_attention_v3",
+    "prefill_page_attention",
+    "unified_attention",
+]
 
 test_conformance, test_conformance_full = conformance_tests(OPS)

@@ -25,6 +25,7 @@ OPS = (
     "page_attention",
     "ragged_decode_attention",
     "ragged_page_attention_v2",
+    "ragged_page_attention_v3",
     "prefill_page_attention",
     "unified_attention",
     "state_space_v1",
@@ -58,6 +59,7 @@ def register(registry: Any) -> None:
     from .prefill_page_attention import XlaPrefillPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
+    from .ragged_page_attention_v3 import XlaRaggedPageAttentionv3
     from .recurrent_attention import XlaRecurrentAttention
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
@@ -71,6 +73,7 @@ def register(registry: Any) -> None:
         "page_attention": XlaPageAttention,
         "ragged_decode_attention": XlaRaggedDecodeAttention,
         "ragged_page_attention_v2": XlaRaggedPageAttentionv2,
+        "ragged_page_attention_v3": XlaRaggedPageAttentionv3,
         "prefill_page_attention": XlaPrefillPageAttention,
         "unified_attention": XlaUnifiedAttention,
         "state_space_v1": XlaStateSpaceV1,

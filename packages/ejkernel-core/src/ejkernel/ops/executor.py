@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import logging
 import threading
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import jax
 
 from ..errors import UnsupportedError
-from .args import Args
+from .args import Args, is_traced
 from .config import OpConfig
 from .device import DeviceInfo, device_for_arrays
 from .impl import KernelImpl
@@ -207,6 +208,9 @@ class Executor:
         for recorder in _RECORDERS.get():
             recorder.append(record)
         log.debug("ejkernel: %s -> %s (%s config %s)", op.name, impl.name, res.tier.value, res.config.tuning_fields())
+        if op.donate and not any(is_traced(x) for x in jax.tree.leaves(args)):
+            donated = {n: getattr(args, n) for n in op.donate}
+            return _run_donating(impl, res.config, donated, dataclasses.replace(args, **dict.fromkeys(donated)))
         return impl.run(args, res.config)
 
     def _run_sharded(self, op: Op, args: Any, options: CallOptions) -> Any:
@@ -225,6 +229,14 @@ class Executor:
 
         sharded = jax.shard_map(body, mesh=mesh, in_specs=leaf_specs, out_specs=out_specs, check_vma=False)
         return sharded(*leaves)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2,))
+def _run_donating(impl: KernelImpl, cfg: OpConfig, donated: dict[str, Any], rest: Args) -> Any:
+    """``impl.run`` of an eager call whose op donates ``donated`` (its arrays' buffers become the
+    outputs'). Only the run is compiled: the implementation and config were chosen outside, so a
+    later call under another policy or overlay chooses again."""
+    return impl.run(dataclasses.replace(rest, **donated), cfg)
 
 
 def _kernel_hook(op: Any, name: str) -> Callable[..., Any]:

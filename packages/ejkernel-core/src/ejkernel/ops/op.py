@@ -54,7 +54,11 @@ class Op:
     - ``features``: feature name → ``(what it means, predicate(args))``: the optional features a
       call uses (implementations declare, by these names, those they do not support);
     - ``vmap_unsupported``: why ``jax.vmap`` over the op's arrays does not work (empty: it does, on
-      every implementation; the conformance suite checks it).
+      every implementation; the conformance suite checks it);
+    - ``donate``: array arguments an eager call consumes, their buffers donated to the outputs
+      (an updated cache written in place, as ``jax.jit(..., donate_argnames=...)`` does); the
+      old array is deleted after the call. Under the caller's ``jit`` the caller's own
+      ``donate_argnums`` decides.
 
     and implement :meth:`canonicalize`. Everything else (validation, cache key, sharding,
     autotuning inputs) comes from the record's declaration and can be refined by overriding the
@@ -71,6 +75,7 @@ class Op:
     conformance_grad_atol: ClassVar[dict[str, float]] = {}
     features: ClassVar[dict[str, tuple[str, Callable[[Any], bool]]]] = {}
     vmap_unsupported: ClassVar[str] = ""
+    donate: ClassVar[tuple[str, ...]] = ()
     # Earlier releases' parameter names → the canonical ones (both in the public signature).
     param_aliases: ClassVar[dict[str, str]] = {}
     aliases: ClassVar[tuple[str, ...]] = ()
@@ -86,6 +91,9 @@ class Op:
         if cls.name and "name" in vars(cls):
             if cls.config_cls is not OpConfig:
                 cls.config_cls.op_name = cls.name
+            unknown = set(cls.donate) - set(cls.args_cls.array_names())
+            if unknown:
+                raise TypeError(f"{cls.__name__}.donate names no array argument: {sorted(unknown)}")
             _OPS[cls.name] = cls
 
     @property

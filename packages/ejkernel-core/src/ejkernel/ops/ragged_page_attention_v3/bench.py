@@ -1,0 +1,81 @@
+"""The benchmark of ``ragged_page_attention_v3`` (``ejkernel bench ragged_page_attention_v3``).
+
+One continuous-batching step: ``--decodes`` sequences decoding one token at ``--context`` plus
+``--chunks`` prefill chunks of ``--chunk`` tokens at the end of ``--chunk-context``, on randomly
+permuted pages of the packed cache. Reported as GB/s of the cache rows the step must read (each
+sequence's context once) + the new keys and values read and written into the cache + queries
+read + output written, next to ``peak_gbps``, a device-to-device copy measured in the same run.
+No peer yet. The timing loop calls the op on the same arrays each time, so XLA keeps the given
+cache and writes each call's update into a copy of it: the time includes one cache copy per call
+(a serving loop that donates the cache has none), which the bytes do not count, so for a cache
+much larger than a step's context the GB/s are a lower bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..benchmark import BenchCase, OpBench
+from ..flash_attention.bench import make_check
+from ..ragged_page_attention_v2.bench import BENCH as V2
+from ..ragged_page_attention_v2.bench import ServingStep
+from ..timing import measure_copy_gbps
+from .kv_cache import ragged_page_attention_v3_cache_shape
+from .reference import ragged_page_attention_v3_reference
+
+__all__ = ["BENCH", "RaggedPageAttentionv3Bench"]
+
+
+class RaggedPageAttentionv3Bench(OpBench):
+    metric = "gbps"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        V2.add_arguments(p)  # the same serving step as v2's
+
+    def cases(self, ns: argparse.Namespace, dtype: str, *, peers: bool, check: bool) -> list[BenchCase]:
+        s: ServingStep = V2.shape(ns)
+        jdt = jnp.dtype(dtype)
+        rng = np.random.default_rng(0)
+        seqs = s.seqs()
+        lens = np.asarray([c for _, c in seqs], np.int32)
+        pages_per_seq = int(-(-lens.max() // s.page_size))
+        num_pages = len(seqs) * pages_per_seq
+        tables = rng.permutation(num_pages).astype(np.int32)
+        qsl = np.concatenate([[0], np.cumsum([q for q, _ in seqs])]).astype(np.int32)
+        shape = ragged_page_attention_v3_cache_shape(num_pages, s.page_size, s.hk, s.d, jdt)
+        cache = jnp.asarray(rng.standard_normal(shape), jdt)
+        tokens = int(qsl[-1])
+        q = jnp.asarray(rng.standard_normal((tokens, s.h, s.d)), jdt)
+        k, v = (jnp.asarray(rng.standard_normal((tokens, s.hk, s.d)), jdt) for _ in range(2))
+        decode_end = s.decodes  # the decodes come first, then the chunks (mixed)
+        dist = np.asarray([decode_end, decode_end, len(seqs)], np.int32)
+        arrays = (q, k, v, cache, *(jnp.asarray(x) for x in (lens, tables, qsl, dist)))
+        row = int(np.prod(shape[2:])) * jdt.itemsize  # one token's packed keys and values
+        nbytes = int(lens.sum()) * row + tokens * row + 2 * k.nbytes + 2 * q.nbytes
+        options = {"softmax_scale": s.d**-0.5}
+        check_fn = None
+        if check:
+            from ...testing.conformance import LOW_PRECISION
+
+            ref32 = ragged_page_attention_v3_reference(*arrays, **options)[0]
+            ref_low = ragged_page_attention_v3_reference(*arrays, **options, dtype=jdt, precision=LOW_PRECISION)[0]
+            check_fn = make_check(dtype, ref32, ref_low.astype(jdt), lambda o: o[0])
+        peak = measure_copy_gbps(min(2 * cache.nbytes, 2**31), getattr(ns, "repeats", 10))
+        return [
+            BenchCase(
+                label=s.label(),
+                fields=dataclasses.asdict(s),
+                arrays=arrays,
+                options=options,
+                cost=nbytes,
+                check=check_fn,
+                extra={"peak_gbps": peak},
+            )
+        ]
+
+
+BENCH = RaggedPageAttentionv3Bench()

@@ -1,0 +1,3 @@
+from .impl import XlaRaggedPageAttentionv3
+
+__all__ = ["XlaRaggedPageAttentionv3"]

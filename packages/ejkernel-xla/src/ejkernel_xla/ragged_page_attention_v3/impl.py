@@ -1,0 +1,39 @@
+"""The XLA ``ragged_page_attention_v3`` implementation: what it declares, its configs, its entry point."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax
+
+from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.ragged_page_attention_v3 import RaggedPageAttentionv3Args, RaggedPageAttentionv3Config
+from ejkernel.ops.ragged_page_attention_v3.op import QUANTIZED_KV_UNSUPPORTED
+
+from . import heuristics as H
+from ._kernel import ragged_page_attention_v3
+
+
+class XlaRaggedPageAttentionv3(KernelImpl):
+    """Fused KV-cache update and ragged paged attention in plain JAX (a scatter, then per-row page
+    gathers + online softmax), any device."""
+
+    unsupported: ClassVar[dict[str, str]] = {"quantized_kv_cache": QUANTIZED_KV_UNSUPPORTED}
+    # One page per step: many steps, ranges that start and end inside pages.
+    test_configs: ClassVar[dict[str, OpConfig]] = {"page1": RaggedPageAttentionv3Config(num_kv_pages_per_block=1)}
+
+    def heuristic_cfg(self, args: RaggedPageAttentionv3Args, device: DeviceInfo) -> RaggedPageAttentionv3Config:
+        return H.heuristic(args)
+
+    def candidate_cfgs(self, args: RaggedPageAttentionv3Args, device: DeviceInfo) -> list[RaggedPageAttentionv3Config]:
+        return H.candidates(args)
+
+    def validate_cfg(
+        self, cfg: RaggedPageAttentionv3Config, args: RaggedPageAttentionv3Args, device: DeviceInfo
+    ) -> None:
+        if cfg.num_kv_pages_per_block is None:
+            raise ValueError("xla ragged_page_attention_v3 needs num_kv_pages_per_block (pages per step)")
+
+    def run(self, args: RaggedPageAttentionv3Args, cfg: RaggedPageAttentionv3Config) -> tuple[jax.Array, jax.Array]:
+        assert cfg.num_kv_pages_per_block is not None
+        return ragged_page_attention_v3(args, cfg.num_kv_pages_per_block)
