@@ -124,6 +124,16 @@ def _ragged_page_attention(dt):
             )  # fmt: skip
 
 
+def _prefill_page_attention(dt):
+    for d in (64, 128, 256):
+        for chunk, pages in ((512, 256), (4096, 2048), (8, 64)):
+            cache = S((8, 4 * pages, 16, d), dt)
+            yield dict(
+                query=S((chunk, 32, d), dt), key_cache=cache, value_cache=cache,
+                context_len=S((1,), I32), page_indices=S((pages,), I32),
+            )  # fmt: skip
+
+
 # Realistic shapes of every op a GPU implementation serves (abstract: nothing is allocated).
 SHAPES = {
     "flash_attention": _attention,
@@ -139,6 +149,7 @@ SHAPES = {
     "mean_pooling": _mean_pooling,
     "page_attention": _page_attention,
     "ragged_page_attention_v2": _ragged_page_attention,
+    "prefill_page_attention": _prefill_page_attention,
 }
 GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)
 

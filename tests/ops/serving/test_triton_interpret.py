@@ -1,4 +1,6 @@
-"""The Triton ``ragged_page_attention_v2`` kernel with its host wrapper in Triton's interpreter (CPU).
+"""The Triton paged attention kernel with its host wrapper in Triton's interpreter (CPU), through
+``ragged_page_attention_v2`` and the other ops registered on it (``ragged_page_attention_v3``,
+``unified_attention``, ``prefill_page_attention``: the last section).
 
 Run by ``nox -s triton_interpret`` (``TRITON_INTERPRET=1``). The conformance cases (decodes and
 prefill chunks mixed, padded batches with a ``[1]`` ``num_seqs``, sequences with no query, odd
@@ -28,6 +30,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated i
     pytest.skip("run with TRITON_INTERPRET=1 (nox -s triton_interpret)", allow_module_level=True)
 
 from ejkernel_triton._launch import interpreted
+from ejkernel_triton.prefill_page_attention import TritonPrefillPageAttention
 from ejkernel_triton.ragged_page_attention_v2 import TritonRaggedPageAttentionv2
 
 pytestmark = pytest.mark.interpret
@@ -92,3 +95,46 @@ def test_under_jit_with_a_traced_num_seqs_and_one_split_per_step():
     out2 = jax.jit(f)(*arrays[:5], jnp.int32(2))
     np.testing.assert_allclose(np.asarray(out2[:10]), np.asarray(ref[:10]), atol=2e-5, rtol=2e-5)
     assert not np.any(np.asarray(out2[10:]))
+
+
+# -- the other ops on the same kernel --------------------------------------------------------------
+# Their float32 conformance cases with each implementation's test config (the cases the kernel
+# does not serve, e.g. unified attention's ALiBi, must decline with the declared reason); the
+# heuristic's tiles on a mixed case each. The rest runs under ``-m full``.
+
+OTHER_OPS = {
+    "prefill_page_attention": (TritonPrefillPageAttention, ("gqa-window-softcap", "odd-sizes", "mqa-one-token")),
+}
+
+
+def _full_cases(op):
+    import importlib
+
+    return importlib.import_module(f"ejkernel.ops.{op}.cases").FULL_CASES
+
+
+def _other_params():
+    for op, (_, default) in OTHER_OPS.items():
+        cases = [c for c in _full_cases(op) if c.dtype == "float32"]
+        for case in cases:
+            marks = () if case.name in default else pytest.mark.full
+            yield pytest.param(op, case, "test", id=f"{op}-test-{case.name}", marks=marks)
+            marks = () if case is cases[0] else pytest.mark.full
+            yield pytest.param(op, case, "heuristic", id=f"{op}-heuristic-{case.name}", marks=marks)
+
+
+@pytest.mark.parametrize("op", sorted(OTHER_OPS))
+def test_the_other_registered_implementations(op):
+    impl = kernel_registry.get(op, platform="triton")
+    assert isinstance(impl, OTHER_OPS[op][0])
+    assert impl.available(GPU) is None
+
+
+@pytest.mark.parametrize(("op", "case", "cfg_id"), list(_other_params()))
+def test_other_ops_conformance(op, case, cfg_id):
+    impl = kernel_registry.get(op, platform="triton")
+    cfg = next(iter(impl.test_configs.values())) if cfg_id == "test" else None
+    # Unified attention's ALiBi, query-query bias and log-sum-exp (all-features has them all).
+    declined = op == "unified_attention" and case.name in ("alibi", "qq-bias", "lse", "all-features")
+    expected = "declined" if declined else "ok"
+    assert C.check_impl(impl, case, cfg, device=GPU) == expected

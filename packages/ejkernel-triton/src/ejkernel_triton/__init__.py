@@ -39,6 +39,7 @@ OPS = (
     "ring_attention",
     "ragged_page_attention_v2",
     "page_attention",
+    "prefill_page_attention",
 )
 
 
@@ -56,6 +57,7 @@ def register(registry: Any) -> None:
     from .lightning_attention import TritonLightningAttention
     from .mean_pooling import TritonMeanPooling
     from .page_attention import TritonPageAttention
+    from .prefill_page_attention import TritonPrefillPageAttention
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
     from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
@@ -75,5 +77,6 @@ def register(registry: Any) -> None:
         "ring_attention": RingAttentionImpl(registry),
         "ragged_page_attention_v2": TritonRaggedPageAttentionv2,
         "page_attention": TritonPageAttention,
+        "prefill_page_attention": TritonPrefillPageAttention,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

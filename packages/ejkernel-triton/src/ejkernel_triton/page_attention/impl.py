@@ -10,12 +10,12 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
+from ejkernel.ops import DeviceInfo, Need, OpConfig
 from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
-from .._launch import availability
 from ..ragged_page_attention_v2 import heuristics as H
 from ..ragged_page_attention_v2.heuristics import Tiles, _pow2
+from ..ragged_page_attention_v2.impl import TritonPaged
 
 
 def shape_of(args: PageAttentionArgs) -> H.Shape:
@@ -53,24 +53,15 @@ def config_of(t: Tiles) -> PageAttentionConfig:
     )
 
 
-class TritonPageAttention(KernelImpl):
+class TritonPageAttention(TritonPaged):
     """Paged decode in Triton for NVIDIA GPUs: split-K over the context, a GQA group's query
     heads as the rows of one tile (each page read once per group), splits merged in XLA."""
 
-    device_requirement = "an NVIDIA GPU"
-    dtypes = ("float16", "bfloat16", "float32")
     max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256, "value_head_dim": 256}
     # 16-token steps and 3 splits: several steps and splits on the small cases.
     test_configs: ClassVar[Mapping[str, OpConfig]] = {
         "step16-split3": PageAttentionConfig(tokens_per_block=16, num_splits=3, num_warps=4, num_stages=1)
     }
-
-    def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
         return config_of(H.heuristic(shape_of(args), device.compute_capability))
@@ -88,7 +79,7 @@ class TritonPageAttention(KernelImpl):
         from ..ragged_page_attention_v2._call import paged_attention, separate_view
 
         b = args.batch
-        view = separate_view(args.key_cache, args.value_cache, args.heads_major)
+        view = separate_view(args.key_cache, args.value_cache, (0, 2, 1) if args.heads_major else (0, 1, 2))
         out = paged_attention(
             args.query, args.key_cache, args.value_cache, view, args.context_lens, args.block_tables,
             jnp.arange(b + 1, dtype=jnp.int32), b, args.softmax_aux,

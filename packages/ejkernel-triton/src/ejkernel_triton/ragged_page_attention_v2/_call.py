@@ -1,5 +1,6 @@
 """Host side of the Triton paged attention: the launch (strides of whichever cache layout) and the
-combine of the decode splits, shared by ``ragged_page_attention_v2`` and ``page_attention``.
+combine of the decode splits, shared by the paged ops (``ragged_page_attention_v2``/``v3``, ``page_attention``,
+``unified_attention``, ``prefill_page_attention``).
 
 The kernel (``_kernel.paged_attention_kernel``) writes prefill rows straight into the output and
 each decode split's partial softmax state into scratch arrays; :func:`combine` merges the splits
@@ -48,22 +49,25 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
     return out[::-1]
 
 
-def interleaved_view(kv_pages: Any) -> CacheView:
-    """``[num_pages, page_size, 2 * hkv, d]``: key head ``h`` is head ``2h``, its value ``2h + 1``."""
+def interleaved_view(kv_pages: Any, head_dim: int | None = None) -> CacheView:
+    """``[num_pages, page_size, 2 * hkv, d]``: key head ``h`` is head ``2h``, its value ``2h + 1``.
+    ``head_dim``: the lanes attended when fewer than ``d`` (a cache padded past the head dim, as
+    ``ragged_page_attention_v3``'s): the kernel loads only those."""
     sp, ss, sh, _ = _strides(kv_pages.shape)
-    d = int(kv_pages.shape[3])
+    d = int(kv_pages.shape[3]) if head_dim is None else head_dim
     return CacheView((sp, ss, 2 * sh), 0, (sp, ss, 2 * sh), sh, int(kv_pages.shape[1]), d, d)
 
 
-def separate_view(key_cache: Any, value_cache: Any, heads_major: bool) -> CacheView:
-    """Separate key and value caches, ``[blocks, block_size, hkv, d]`` or (``heads_major``)
-    ``[blocks, hkv, block_size, d]``."""
+def separate_view(key_cache: Any, value_cache: Any, axes: tuple[int, int, int] = (0, 1, 2)) -> CacheView:
+    """Separate key and value caches of one layout, ``axes`` naming its (page, slot, head) axes
+    (the head dim last): ``(0, 1, 2)`` for ``[blocks, block_size, hkv, d]``, ``(0, 2, 1)`` for
+    ``[blocks, hkv, block_size, d]``, ``(1, 2, 0)`` for ``[hkv, blocks, block_size, d]``."""
 
     def psh(cache: Any) -> tuple[int, int, int]:
-        s0, s1, s2, _ = _strides(cache.shape)
-        return (s0, s2, s1) if heads_major else (s0, s1, s2)
+        st = _strides(cache.shape)
+        return (st[axes[0]], st[axes[1]], st[axes[2]])
 
-    page_size = int(key_cache.shape[2 if heads_major else 1])
+    page_size = int(key_cache.shape[axes[1]])
     return CacheView(
         psh(key_cache), 0, psh(value_cache), 0, page_size, int(key_cache.shape[3]), int(value_cache.shape[3])
     )

@@ -59,13 +59,26 @@ def config_of(t: Tiles, page_size: int) -> RaggedPageAttentionv2Config:
     )
 
 
-class TritonRaggedPageAttentionv2(KernelImpl):
+class TritonPaged(KernelImpl):
+    """What every op on the Triton paged attention kernel declares: the devices and dtypes it
+    runs on (the subclasses add their op's limits and configs)."""
+
+    device_requirement = "an NVIDIA GPU"
+    dtypes = ("float16", "bfloat16", "float32")
+
+    def available(self, device: DeviceInfo) -> str | None:
+        if device.compute_capability is None:
+            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
+        if device.compute_capability < (8, 0):
+            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
+        return availability()
+
+
+class TritonRaggedPageAttentionv2(TritonPaged):
     """Ragged paged attention in one Triton launch for NVIDIA GPUs: split-K decode tiles (a GQA
     group's heads as the rows) and FlashAttention-2 prefill tiles, reading the interleaved cache
     in place through the block table; the decode splits are merged in XLA."""
 
-    device_requirement = "an NVIDIA GPU"
-    dtypes = ("float16", "bfloat16", "float32")
     max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256}
     # One page per key step (many steps, page-crossing windows), 2-token prefill tiles (several
     # tiles per chunk) and 3 splits: every path of the kernel on the small cases.
@@ -74,13 +87,6 @@ class TritonRaggedPageAttentionv2(KernelImpl):
             num_kv_pages_per_block=1, num_queries_per_block=2, num_warps=4, num_stages=1, num_splits=3
         )
     }
-
-    def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
 
     def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
         s = shape_of(args)

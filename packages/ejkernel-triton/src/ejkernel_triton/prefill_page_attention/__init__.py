@@ -1,0 +1,3 @@
+from .impl import TritonPrefillPageAttention
+
+__all__ = ["TritonPrefillPageAttention"]
