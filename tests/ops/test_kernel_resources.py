@@ -124,6 +124,16 @@ def _ragged_page_attention(dt):
             )  # fmt: skip
 
 
+def _unified_attention(dt):
+    for d in (64, 128, 256):
+        for tokens, seqs, blocks_per_seq in ((64, 64, 512), (2108, 64, 512), (16384, 8, 128)):
+            cache = S((seqs * blocks_per_seq, 16, 8, d), dt)
+            yield dict(
+                queries=S((tokens, 32, d), dt), key_cache=cache, value_cache=cache, kv_lens=S((seqs,), I32),
+                block_tables=S((seqs, blocks_per_seq), I32), query_start_loc=S((seqs + 1,), I32),
+            )  # fmt: skip
+
+
 def _prefill_page_attention(dt):
     for d in (64, 128, 256):
         for chunk, pages in ((512, 256), (4096, 2048), (8, 64)):
@@ -149,6 +159,7 @@ SHAPES = {
     "mean_pooling": _mean_pooling,
     "page_attention": _page_attention,
     "ragged_page_attention_v2": _ragged_page_attention,
+    "unified_attention": _unified_attention,
     "prefill_page_attention": _prefill_page_attention,
 }
 GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)

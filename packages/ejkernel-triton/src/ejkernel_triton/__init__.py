@@ -39,6 +39,7 @@ OPS = (
     "ring_attention",
     "ragged_page_attention_v2",
     "page_attention",
+    "unified_attention",
     "prefill_page_attention",
 )
 
@@ -62,6 +63,7 @@ def register(registry: Any) -> None:
     from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
     from .state_space_v2 import TritonStateSpaceV2
+    from .unified_attention import TritonUnifiedAttention
 
     impls = {
         "flash_attention": TritonFlashAttention,
@@ -77,6 +79,7 @@ def register(registry: Any) -> None:
         "ring_attention": RingAttentionImpl(registry),
         "ragged_page_attention_v2": TritonRaggedPageAttentionv2,
         "page_attention": TritonPageAttention,
+        "unified_attention": TritonUnifiedAttention,
         "prefill_page_attention": TritonPrefillPageAttention,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

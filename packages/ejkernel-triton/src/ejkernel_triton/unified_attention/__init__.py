@@ -1,0 +1,3 @@
+from .impl import TritonUnifiedAttention
+
+__all__ = ["TritonUnifiedAttention"]
