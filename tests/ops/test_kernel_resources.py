@@ -124,6 +124,20 @@ def _ragged_page_attention(dt):
             )  # fmt: skip
 
 
+def _ragged_page_attention_v3(dt):
+    """The v2 serving steps over the packed cache (head dim padded to a multiple of 128)."""
+    for d in (64, 128, 256):
+        pack = 4 // jnp.dtype(dt).itemsize
+        for tokens, seqs, pages_per_seq in ((64, 64, 512), (2108, 64, 512), (16384, 8, 128)):
+            kv = S((tokens, 8, d), dt)
+            yield dict(
+                queries=S((tokens, 32, d), dt), keys=kv, values=kv,
+                kv_cache=S((seqs * pages_per_seq, 16, 16 // pack, pack, -(-d // 128) * 128), dt),
+                kv_lens=S((seqs,), I32), block_tables=S((seqs * pages_per_seq,), I32),
+                query_start_loc=S((seqs + 1,), I32), distribution=S((3,), I32),
+            )  # fmt: skip
+
+
 def _unified_attention(dt):
     for d in (64, 128, 256):
         for tokens, seqs, blocks_per_seq in ((64, 64, 512), (2108, 64, 512), (16384, 8, 128)):
@@ -159,6 +173,7 @@ SHAPES = {
     "mean_pooling": _mean_pooling,
     "page_attention": _page_attention,
     "ragged_page_attention_v2": _ragged_page_attention,
+    "ragged_page_attention_v3": _ragged_page_attention_v3,
     "unified_attention": _unified_attention,
     "prefill_page_attention": _prefill_page_attention,
 }

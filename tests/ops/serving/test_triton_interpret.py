@@ -32,6 +32,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # the kernels must be decorated i
 from ejkernel_triton._launch import interpreted
 from ejkernel_triton.prefill_page_attention import TritonPrefillPageAttention
 from ejkernel_triton.ragged_page_attention_v2 import TritonRaggedPageAttentionv2
+from ejkernel_triton.ragged_page_attention_v3 import TritonRaggedPageAttentionv3
 from ejkernel_triton.unified_attention import TritonUnifiedAttention
 
 pytestmark = pytest.mark.interpret
@@ -104,6 +105,7 @@ def test_under_jit_with_a_traced_num_seqs_and_one_split_per_step():
 # heuristic's tiles on a mixed case each. The rest runs under ``-m full``.
 
 OTHER_OPS = {
+    "ragged_page_attention_v3": (TritonRaggedPageAttentionv3, ("mixed", "head-dim-136", "all-features")),
     "unified_attention": (TritonUnifiedAttention, ("mixed", "window", "sinks", "alibi", "qq-bias", "lse")),
     "prefill_page_attention": (TritonPrefillPageAttention, ("gqa-window-softcap", "odd-sizes", "mqa-one-token")),
 }

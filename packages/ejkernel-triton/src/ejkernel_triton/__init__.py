@@ -39,6 +39,7 @@ OPS = (
     "ring_attention",
     "ragged_page_attention_v2",
     "page_attention",
+    "ragged_page_attention_v3",
     "unified_attention",
     "prefill_page_attention",
 )
@@ -60,6 +61,7 @@ def register(registry: Any) -> None:
     from .page_attention import TritonPageAttention
     from .prefill_page_attention import TritonPrefillPageAttention
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
+    from .ragged_page_attention_v3 import TritonRaggedPageAttentionv3
     from .recurrent_attention import TritonRecurrentAttention
     from .state_space_v1 import TritonStateSpaceV1
     from .state_space_v2 import TritonStateSpaceV2
@@ -79,6 +81,7 @@ def register(registry: Any) -> None:
         "ring_attention": RingAttentionImpl(registry),
         "ragged_page_attention_v2": TritonRaggedPageAttentionv2,
         "page_attention": TritonPageAttention,
+        "ragged_page_attention_v3": TritonRaggedPageAttentionv3,
         "unified_attention": TritonUnifiedAttention,
         "prefill_page_attention": TritonPrefillPageAttention,
     }

@@ -16,6 +16,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ..families.serving import ragged_query_rows
+
 __all__ = [
     "LANES",
     "kv_packing",
@@ -25,6 +27,7 @@ __all__ = [
     "ragged_page_attention_v3_pack_cache",
     "ragged_page_attention_v3_unpack_cache",
     "unpack_heads",
+    "write_step",
 ]
 
 #: head_dim_padded is a multiple of the TPU's 128 lanes.
@@ -111,3 +114,20 @@ def ragged_page_attention_v3_unpack_cache(kv_cache: Any, num_kv_heads: int, head
             f"{jnp.dtype(kv_cache.dtype).name} is {want}, got {tuple(kv_cache.shape)}"
         )
     return unpack_heads(kv_cache, num_kv_heads, head_dim)
+
+
+def write_step(args: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
+    """The cache of a ``ragged_page_attention_v3`` call (its canonical arguments) with the step's
+    new keys and values written, and the rows ``(seq, pos, lo, hi)`` of
+    :func:`~ejkernel.ops.families.serving.ragged_query_rows`. Each live row's key and value, packed
+    as the cache packs them, go to its slot in one scatter; padding rows aim past the last page
+    and are dropped, so they write nothing (under ``jit`` with the cache donated, the scatter
+    updates it in place)."""
+    t_all = int(args.queries.shape[0])
+    rows = ragged_query_rows(args.query_start_loc, args.kv_lens, args.num_seqs, t_all, window=args.sliding_window)
+    seq, pos, lo, hi = rows
+    tables = args.block_tables.reshape(args.max_num_seqs, args.pages_per_seq)
+    # A row of a live sequence attends at least its own position; padding rows attend nothing.
+    page = jnp.where(hi > lo, tables[seq, jnp.clip(pos, 0) // args.page_size], args.num_pages)
+    new = pack_heads(args.keys, args.values, args.kv_cache.dtype)  # [tokens, packed rows, packing, dp]
+    return args.kv_cache.at[page, jnp.clip(pos, 0) % args.page_size].set(new, mode="drop"), rows

@@ -31,6 +31,8 @@ class RaggedPageAttentionv3Config(OpConfig):
         num_warps: warps per program (GPU kernels).
         num_stages: software-pipelining depth (GPU kernels).
         chunk_prefill_size: query tokens of a prefill processed per pass (TPU kernel).
+        num_splits: split-K of decode sequences (GPU kernels): programs per sequence and kv
+            head, each attending one range of the context.
     """
 
     num_kv_pages_per_block: int | None = tile()
@@ -38,6 +40,7 @@ class RaggedPageAttentionv3Config(OpConfig):
     num_warps: int | None = tile(power_of_two=True, maximum=32)
     num_stages: int | None = tile()
     chunk_prefill_size: int | None = tile()
+    num_splits: int | None = tile()
 
 
 class RaggedPageAttentionv3Args(Args, divides=[("num_kv_heads", "num_heads")]):

@@ -1,0 +1,3 @@
+from .impl import TritonRaggedPageAttentionv3
+
+__all__ = ["TritonRaggedPageAttentionv3"]
