@@ -10,7 +10,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, Need, OpConfig
+from ejkernel.ops import OpConfig
 from ejkernel.ops.page_attention import PageAttentionArgs, PageAttentionConfig
 
 from ..ragged_page_attention_v2 import heuristics as H
@@ -63,17 +63,14 @@ class TritonPageAttention(TritonPaged):
         "step16-split3": PageAttentionConfig(tokens_per_block=16, num_splits=3, num_warps=4, num_stages=1)
     }
 
-    def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
-        return config_of(H.heuristic(shape_of(args), device.compute_capability))
+    def shape(self, args: PageAttentionArgs) -> H.Shape:
+        return shape_of(args)
 
-    def candidate_cfgs(self, args: PageAttentionArgs, device: DeviceInfo) -> list[PageAttentionConfig]:
-        return list(dict.fromkeys(config_of(t) for t in H.candidates(shape_of(args), device.compute_capability)))
+    def tiles(self, cfg: PageAttentionConfig, args: PageAttentionArgs) -> Tiles:
+        return tiles_of(cfg, args)
 
-    def validate_cfg(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> None:
-        H.check(tiles_of(cfg, args))
-
-    def resources(self, cfg: PageAttentionConfig, args: PageAttentionArgs, device: DeviceInfo) -> list[Need]:
-        return H.needs(shape_of(args), tiles_of(cfg, args))
+    def config(self, t: Tiles, args: PageAttentionArgs) -> PageAttentionConfig:
+        return config_of(t)
 
     def run(self, args: PageAttentionArgs, cfg: PageAttentionConfig) -> jax.Array:
         from ..ragged_page_attention_v2._call import paged_attention, separate_view

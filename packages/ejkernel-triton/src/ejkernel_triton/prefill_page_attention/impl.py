@@ -11,7 +11,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, Need, OpConfig
+from ejkernel.ops import OpConfig
 from ejkernel.ops.prefill_page_attention import PrefillPageAttentionArgs, PrefillPageAttentionConfig
 
 from ..ragged_page_attention_v2 import heuristics as H
@@ -59,20 +59,14 @@ class TritonPrefillPageAttention(TritonPaged):
         "step16": PrefillPageAttentionConfig(block_k=16, num_warps=4, num_stages=1)
     }
 
-    def heuristic_cfg(self, args: PrefillPageAttentionArgs, device: DeviceInfo) -> PrefillPageAttentionConfig:
-        s, cc = shape_of(args), device.compute_capability
-        return config_of(H.fit(s, tiles_of(config_of(H.heuristic(s, cc)), args), cc))
+    def shape(self, args: PrefillPageAttentionArgs) -> H.Shape:
+        return shape_of(args)
 
-    def candidate_cfgs(self, args: PrefillPageAttentionArgs, device: DeviceInfo) -> list[PrefillPageAttentionConfig]:
-        return list(dict.fromkeys(config_of(t) for t in H.candidates(shape_of(args), device.compute_capability)))
+    def tiles(self, cfg: PrefillPageAttentionConfig, args: PrefillPageAttentionArgs) -> Tiles:
+        return tiles_of(cfg, args)
 
-    def validate_cfg(self, cfg: PrefillPageAttentionConfig, args: PrefillPageAttentionArgs, device: DeviceInfo) -> None:
-        H.check(tiles_of(cfg, args))
-
-    def resources(
-        self, cfg: PrefillPageAttentionConfig, args: PrefillPageAttentionArgs, device: DeviceInfo
-    ) -> list[Need]:
-        return H.needs(shape_of(args), tiles_of(cfg, args))
+    def config(self, t: Tiles, args: PrefillPageAttentionArgs) -> PrefillPageAttentionConfig:
+        return config_of(t)
 
     def run(self, args: PrefillPageAttentionArgs, cfg: PrefillPageAttentionConfig) -> jax.Array:
         from ..ragged_page_attention_v2._call import paged_attention, separate_view

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
+from ejkernel.ops.op import op_class
 from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
 
 from .._launch import availability
@@ -49,8 +49,9 @@ def tiles_of(cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args) 
     )
 
 
-def config_of(t: Tiles, page_size: int) -> RaggedPageAttentionv2Config:
-    return RaggedPageAttentionv2Config(
+def config_of(t: Tiles, page_size: int, cls: type = RaggedPageAttentionv2Config) -> RaggedPageAttentionv2Config:
+    """The op's config of ``t`` (``cls``: v2's or v3's, the same fields)."""
+    return cls(
         num_kv_pages_per_block=max(1, t.block_n // page_size),
         num_queries_per_block=t.block_q,
         num_warps=t.num_warps,
@@ -73,6 +74,33 @@ class TritonPaged(KernelImpl):
             return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
         return availability()
 
+    # The op's view of the kernel: its shape, the tiles of a config, the config of tiles.
+    def shape(self, args: Any) -> H.Shape:
+        raise NotImplementedError
+
+    def tiles(self, cfg: Any, args: Any) -> Tiles:
+        raise NotImplementedError
+
+    def config(self, t: Tiles, args: Any) -> Any:
+        raise NotImplementedError
+
+    def heuristic_cfg(self, args: Any, device: DeviceInfo) -> Any:
+        s, cc = self.shape(args), device.compute_capability
+        # Through the op's config and back (its granularity, e.g. whole pages), then fitted.
+        t = self.tiles(self.config(H.heuristic(s, cc), args), args)
+        return self.config(H.fit(s, t, cc), args)
+
+    def candidate_cfgs(self, args: Any, device: DeviceInfo) -> list[Any]:
+        return list(
+            dict.fromkeys(self.config(t, args) for t in H.candidates(self.shape(args), device.compute_capability))
+        )
+
+    def validate_cfg(self, cfg: Any, args: Any, device: DeviceInfo) -> None:
+        H.check(self.tiles(cfg, args))
+
+    def resources(self, cfg: Any, args: Any, device: DeviceInfo) -> list[Need]:
+        return H.needs(self.shape(args), self.tiles(cfg, args))
+
 
 class TritonRaggedPageAttentionv2(TritonPaged):
     """Ragged paged attention in one Triton launch for NVIDIA GPUs: split-K decode tiles (a GQA
@@ -88,27 +116,14 @@ class TritonRaggedPageAttentionv2(TritonPaged):
         )
     }
 
-    def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
-        s = shape_of(args)
-        t = H.heuristic(s, device.compute_capability)
-        # The key step as whole pages (a page larger than the step: one page).
-        t = dataclasses.replace(t, block_n=_pow2(max(1, t.block_n // s.page_size) * s.page_size))
-        return config_of(H.fit(s, t, device.compute_capability), s.page_size)
+    def shape(self, args: RaggedPageAttentionv2Args) -> H.Shape:
+        return shape_of(args)
 
-    def candidate_cfgs(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> list[RaggedPageAttentionv2Config]:
-        s = shape_of(args)
-        out = [config_of(t, s.page_size) for t in H.candidates(s, device.compute_capability)]
-        return list(dict.fromkeys(out))
+    def tiles(self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args) -> Tiles:
+        return tiles_of(cfg, args)
 
-    def validate_cfg(
-        self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo
-    ) -> None:
-        H.check(tiles_of(cfg, args))
-
-    def resources(
-        self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo
-    ) -> list[Need]:
-        return H.needs(shape_of(args), tiles_of(cfg, args))
+    def config(self, t: Tiles, args: RaggedPageAttentionv2Args) -> RaggedPageAttentionv2Config:
+        return config_of(t, args.page_size, op_class(self.op_name).config_cls)
 
     def run(self, args: RaggedPageAttentionv2Args, cfg: RaggedPageAttentionv2Config) -> jax.Array:
         from ._call import interleaved_view, paged_attention

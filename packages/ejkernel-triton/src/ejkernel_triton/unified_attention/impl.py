@@ -11,7 +11,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, Need, OpConfig
+from ejkernel.ops import OpConfig
 from ejkernel.ops.unified_attention import UnifiedAttentionArgs, UnifiedAttentionConfig
 
 from ..ragged_page_attention_v2 import heuristics as H
@@ -76,18 +76,14 @@ class TritonUnifiedAttention(TritonPaged):
         "step16-split4": UnifiedAttentionConfig(block_dim=16, num_par_softmax_segments=4, num_warps=4, num_stages=1)
     }
 
-    def heuristic_cfg(self, args: UnifiedAttentionArgs, device: DeviceInfo) -> UnifiedAttentionConfig:
-        s, cc = shape_of(args), device.compute_capability
-        return config_of(H.fit(s, tiles_of(config_of(H.heuristic(s, cc)), args), cc))
+    def shape(self, args: UnifiedAttentionArgs) -> H.Shape:
+        return shape_of(args)
 
-    def candidate_cfgs(self, args: UnifiedAttentionArgs, device: DeviceInfo) -> list[UnifiedAttentionConfig]:
-        return list(dict.fromkeys(config_of(t) for t in H.candidates(shape_of(args), device.compute_capability)))
+    def tiles(self, cfg: UnifiedAttentionConfig, args: UnifiedAttentionArgs) -> Tiles:
+        return tiles_of(cfg, args)
 
-    def validate_cfg(self, cfg: UnifiedAttentionConfig, args: UnifiedAttentionArgs, device: DeviceInfo) -> None:
-        H.check(tiles_of(cfg, args))
-
-    def resources(self, cfg: UnifiedAttentionConfig, args: UnifiedAttentionArgs, device: DeviceInfo) -> list[Need]:
-        return H.needs(shape_of(args), tiles_of(cfg, args))
+    def config(self, t: Tiles, args: UnifiedAttentionArgs) -> UnifiedAttentionConfig:
+        return config_of(t)
 
     def run(self, args: UnifiedAttentionArgs, cfg: UnifiedAttentionConfig) -> jax.Array:
         from ..ragged_page_attention_v2._call import paged_attention, separate_view
