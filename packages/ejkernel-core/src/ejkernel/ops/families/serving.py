@@ -5,6 +5,7 @@ bindings:
 - :func:`num_seqs_scalar`, :func:`ragged_index_rules`, :func:`ragged_autotune_indices`: the
   bindings of packed query rows (``query_start_loc``, per-sequence lengths, block tables, a maybe
   traced ``num_seqs``): canonical ``num_seqs``, the index checks, stand-in indices for autotuning;
+- :func:`packed_batch_case`: the index arrays of a conformance case's batch on a shuffled pool;
 - :func:`ragged_query_rows`: each packed query row's sequence, position and key range;
 - :func:`paged_scan`: the blocked online-softmax attention of packed rows over their sequences'
   pages, for any cache layout (the caller reads a block of pages);
@@ -46,6 +47,7 @@ __all__ = [
     "merge_block",
     "merge_sinks",
     "num_seqs_scalar",
+    "packed_batch_case",
     "paged_scan",
     "ragged_autotune_indices",
     "ragged_index_rules",
@@ -289,6 +291,37 @@ def ragged_autotune_indices(
         jnp.asarray(c_qsl, jnp.int32),
         jnp.asarray(c_n, jnp.int32).reshape(()),
     )
+
+
+class PackedBatch(NamedTuple):
+    """The index arrays of a test batch (numpy): see :func:`packed_batch_case`."""
+
+    q_lens: np.ndarray
+    lens: np.ndarray
+    tables: np.ndarray
+    query_start_loc: np.ndarray
+    num_pages: int
+
+
+def packed_batch_case(
+    seqs: Any, max_num_seqs: int | None, page_size: int, extra_pages: int, rng: np.random.Generator
+) -> PackedBatch:
+    """The cases' batch of packed sequences ``seqs[i] = (q_len, kv_len)``, padded to
+    ``max_num_seqs`` (padded sequences: no tokens, no rows): their lengths, block tables
+    ``[max_num_seqs, pages_per_seq]`` drawn from a shuffled pool of ``extra_pages`` more pages than
+    they can use (one ``rng`` draw), and ``query_start_loc``."""
+    n = len(seqs)
+    m = max_num_seqs or n
+    q_lens = np.asarray([s[0] for s in seqs], np.int32)
+    lens = np.zeros((m,), np.int32)
+    lens[:n] = [s[1] for s in seqs]
+    pages_per_seq = max(1, int(-(-lens.max() // page_size)))
+    num_pages = m * pages_per_seq + extra_pages
+    tables = rng.permutation(num_pages)[: m * pages_per_seq].reshape(m, pages_per_seq).astype(np.int32)
+    qsl = np.zeros((m + 1,), np.int32)
+    qsl[1 : n + 1] = np.cumsum(q_lens)
+    qsl[n + 1 :] = qsl[n]  # padded sequences own no rows
+    return PackedBatch(q_lens, lens, tables, qsl, num_pages)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from ..families.serving import packed_batch_case
+
 __all__ = ["ARG_SPECS", "CASES", "FULL_CASES", "RaggedPageCase", "make_ragged_page_inputs"]
 
 
@@ -83,23 +85,14 @@ def make_ragged_page_inputs(case: RaggedPageCase, seed: int = 0) -> dict[str, An
     rng = np.random.default_rng(seed)
     dtype = jnp.dtype(case.dtype)
     n = len(case.seqs)
-    m = case.max_num_seqs or n
     ps = case.page_size
-    q_lens = np.asarray([s[0] for s in case.seqs], np.int32)
-    lens = np.zeros((m,), np.int32)
-    lens[:n] = [s[1] for s in case.seqs]
-    pages_per_seq = max(1, int(-(-lens.max() // ps)))
-    num_pages = m * pages_per_seq + case.extra_pages
-    tables = rng.permutation(num_pages)[: m * pages_per_seq].reshape(m, pages_per_seq).astype(np.int32)
+    _, lens, tables, qsl, num_pages = packed_batch_case(case.seqs, case.max_num_seqs, ps, case.extra_pages, rng)
     kv = rng.standard_normal((num_pages, ps, 2 * case.hk, case.d)).astype(np.float32)
     used = np.zeros((num_pages, ps), bool)
     for i in range(n):
         for t in range(int(lens[i])):
             used[tables[i, t // ps], t % ps] = True
     kv[~used] = np.nan
-    qsl = np.zeros((m + 1,), np.int32)
-    qsl[1 : n + 1] = np.cumsum(q_lens)
-    qsl[n + 1 :] = qsl[n]  # padded sequences own no rows
     total = int(qsl[n]) + case.pad_tokens
     kw: dict[str, Any] = {
         "queries": jnp.asarray(rng.standard_normal((max(total, 1), case.h, case.d)), dtype),

@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from ..families.serving import packed_batch_case
 from .kv_cache import pack_heads, ragged_page_attention_v3_cache_shape
 
 __all__ = ["ARG_SPECS", "CASES", "FULL_CASES", "RaggedPageV3Case", "make_ragged_page_v3_inputs"]
@@ -93,14 +94,8 @@ def make_ragged_page_v3_inputs(case: RaggedPageV3Case, seed: int = 0) -> dict[st
     rng = np.random.default_rng(seed)
     dtype = jnp.dtype(case.dtype)
     n = len(case.seqs)
-    m = case.max_num_seqs or n
     ps = case.page_size
-    q_lens = np.asarray([s[0] for s in case.seqs], np.int32)
-    lens = np.zeros((m,), np.int32)
-    lens[:n] = [s[1] for s in case.seqs]
-    pages_per_seq = max(1, int(-(-lens.max() // ps)))
-    num_pages = m * pages_per_seq + case.extra_pages
-    tables = rng.permutation(num_pages)[: m * pages_per_seq].reshape(m, pages_per_seq).astype(np.int32)
+    q_lens, lens, tables, qsl, num_pages = packed_batch_case(case.seqs, case.max_num_seqs, ps, case.extra_pages, rng)
     k_old = rng.standard_normal((num_pages, ps, case.hk, case.d))
     v_old = rng.standard_normal((num_pages, ps, case.hk, case.d))
     cache = np.array(pack_heads(jnp.asarray(k_old, dtype), jnp.asarray(v_old, dtype), dtype))
@@ -110,9 +105,6 @@ def make_ragged_page_v3_inputs(case: RaggedPageV3Case, seed: int = 0) -> dict[st
         for t in range(int(lens[i] - q_lens[i])):
             cached[tables[i, t // ps], t % ps] = True
     cache[~cached] = np.nan
-    qsl = np.zeros((m + 1,), np.int32)
-    qsl[1 : n + 1] = np.cumsum(q_lens)
-    qsl[n + 1 :] = qsl[n]  # padded sequences own no rows
     total = max(int(qsl[n]) + case.pad_tokens, 1)
     decode_end = n if n and bool(np.all(q_lens == 1)) else 0
     kw: dict[str, Any] = {
