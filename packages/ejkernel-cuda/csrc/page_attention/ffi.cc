@@ -48,30 +48,43 @@ ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer
                            ffi::Buffer<ffi::F32> sinks, ffi::Result<ffi::AnyBuffer> out,
                            ffi::Result<ffi::Buffer<ffi::F32>> part_out, ffi::Result<ffi::Buffer<ffi::F32>> part_lse,
                            float scale, float soft_cap, int32_t window_left, int32_t partition, int32_t num_sinks,
-                           int32_t stages, int32_t variant, int32_t heads_major) {
+                           int32_t stages, int32_t variant, int32_t heads_major, int32_t kv_interleaved) {
   const auto qd = q.dimensions(), kd = k_cache.dimensions(), vd = v_cache.dimensions();
   if (qd.size() != 3 || kd.size() != 4 || vd.size() != 4)
     return invalid("query must be [batch, heads, head_dim] and caches [num_blocks, block_size, kv_heads, head_dim] "
-                   "(heads_major: [num_blocks, kv_heads, block_size, head_dim]), got " +
+                   "(heads_major: [num_blocks, kv_heads, block_size, head_dim]; kv_interleaved: one "
+                   "[num_blocks, block_size, 2 * kv_heads, head_dim_padded] cache passed twice), got " +
                    dims_str(qd) + ", " + dims_str(kd) + ", " + dims_str(vd));
   if (heads_major != 0 && heads_major != 1) return invalid("heads_major must be 0 or 1, got " + std::to_string(heads_major));
+  if (kv_interleaved != 0 && (kv_interleaved != 1 || heads_major))
+    return invalid("kv_interleaved must be 0 or 1 (and heads_major 0 with it), got " + std::to_string(kv_interleaved));
   ek::DecodeParams p{};
   p.batch = static_cast<int>(qd[0]);
   p.heads = static_cast<int>(qd[1]);
   p.head_dim = static_cast<int>(qd[2]);
   p.block_size = static_cast<int>(heads_major ? kd[2] : kd[1]);
-  p.kv_heads = static_cast<int>(heads_major ? kd[1] : kd[2]);
-  // Both layouts are read in place: a token's head row is contiguous either way, only the strides differ.
-  const int64_t page_elems = static_cast<int64_t>(p.block_size) * p.kv_heads * p.head_dim;
+  p.kv_heads = static_cast<int>(heads_major ? kd[1] : (kv_interleaved ? kd[2] / 2 : kd[2]));
+  // Every layout is read in place: a token's head row is contiguous, only the strides differ. The
+  // interleaved cache holds key head h at combined head 2h and its value at 2h + 1, each row padded
+  // to kd[3] >= head_dim elements: values start one padded row after keys.
+  const int64_t row = kv_interleaved ? kd[3] : p.head_dim;
+  const int64_t page_elems = static_cast<int64_t>(kd[1]) * kd[2] * kd[3];
   if (page_elems > INT32_MAX)
     return invalid("a page of key_cache " + dims_str(kd) + " has more than 2^31 - 1 elements");
   p.block_stride = static_cast<int32_t>(page_elems);
-  p.head_stride = heads_major ? p.block_size * p.head_dim : p.head_dim;
-  p.token_stride = heads_major ? p.head_dim : p.kv_heads * p.head_dim;
+  p.head_stride = static_cast<int32_t>(heads_major ? p.block_size * row : (kv_interleaved ? 2 * row : row));
+  p.token_stride = static_cast<int32_t>(heads_major ? row : kd[2] * row);
   for (int i = 0; i < 4; ++i) {
     if (vd[i] != kd[i]) return invalid("key_cache " + dims_str(kd) + " and value_cache " + dims_str(vd) + " differ");
   }
-  if (kd[3] != p.head_dim) return invalid("query " + dims_str(qd) + " and key_cache " + dims_str(kd) + " head dims differ");
+  if (kv_interleaved) {
+    // 16-byte copies: each row must start 16-byte aligned (row % 8 covers bf16/fp16 and float32).
+    if (kd[2] % 2 != 0 || kd[3] < p.head_dim || kd[3] % 8 != 0)
+      return invalid("an interleaved cache " + dims_str(kd) + " needs an even combined head count and rows of a multiple "
+                     "of 8 elements holding the query's head dim " + std::to_string(p.head_dim));
+  } else if (kd[3] != p.head_dim) {
+    return invalid("query " + dims_str(qd) + " and key_cache " + dims_str(kd) + " head dims differ");
+  }
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return invalid("head_dim must be 64, 128 or 256, got " + std::to_string(p.head_dim));
   if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0)
@@ -114,6 +127,9 @@ ffi::Error PagedDecodeImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer
   p.q = q.untyped_data();
   p.k_cache = k_cache.untyped_data();
   p.v_cache = v_cache.untyped_data();
+  if (kv_interleaved) {
+    p.v_cache = static_cast<const char*>(p.k_cache) + row * ffi::ByteWidth(k_cache.element_type());
+  }
   p.context_lens = context_lens.typed_data();
   p.block_tables = block_tables.typed_data();
   p.sinks = sinks.typed_data();
@@ -161,4 +177,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EjkernelPagedDecode, PagedDecodeImpl,
                                   .Attr<int32_t>("num_sinks")
                                   .Attr<int32_t>("stages")
                                   .Attr<int32_t>("variant")
-                                  .Attr<int32_t>("heads_major"));
+                                  .Attr<int32_t>("heads_major")
+                                  .Attr<int32_t>("kv_interleaved"));

@@ -23,6 +23,8 @@ PRIORITY = 110
 OPS = (
     "page_attention",
     "grouped_matmul",
+    "ragged_page_attention_v2",
+    "ragged_page_attention_v3",
 )
 
 
@@ -33,9 +35,13 @@ def register(registry: Any) -> None:
 
     from .grouped_matmul import CudaGroupedMatmul
     from .page_attention import CudaPageAttention
+    from .ragged_page_attention_v2 import CudaRaggedPageAttentionv2
+    from .ragged_page_attention_v3 import CudaRaggedPageAttentionv3
 
     impls = {
         "page_attention": CudaPageAttention,
         "grouped_matmul": CudaGroupedMatmul,
+        "ragged_page_attention_v2": CudaRaggedPageAttentionv2,
+        "ragged_page_attention_v3": CudaRaggedPageAttentionv3,
     }
     register_declared(registry, OPS, impls, Platform.CUDA, Backend.GPU, PRIORITY)

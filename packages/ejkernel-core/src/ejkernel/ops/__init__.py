@@ -34,6 +34,7 @@ from .executor import (
     define,
     record_dispatches,
     run_impl,
+    run_next,
 )
 from .impl import Backend, KernelImpl, Platform, SizeRule, check_config, declared_decline
 from .op import Op, get_op, list_ops, op_class
@@ -109,6 +110,7 @@ __all__ = [
     "record_dispatches",
     "resolve_config",
     "run_impl",
+    "run_next",
     "static",
     "tile",
     "time_callable",

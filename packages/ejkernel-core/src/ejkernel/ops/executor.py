@@ -379,3 +379,24 @@ def run_impl(
     if reason is not None:
         raise UnsupportedError(op.name, impl.name, reason)
     return impl.run(args, resolve_config(op, impl, args, device, cfg))
+
+
+def run_next(impl: KernelImpl, op_name: str, args: Args, *, device: DeviceInfo | None = None) -> Any:
+    """Run bound ``args`` of op ``op_name`` (``impl``'s or another) through the highest-priority implementation of another
+    backend than ``impl``'s that accepts them, with its resolved config: how an implementation
+    that serves only some of its calls, decided at run time (a decode-only kernel under
+    ``lax.cond``), hands the others on within the same program. Raises
+    :class:`~ejkernel.errors.NoImplementationError` with every reason when none accepts."""
+    from ..errors import NoImplementationError
+
+    op = get_op(op_name)
+    device = device if device is not None else device_for_arrays(op.arrays(args))
+    reasons: dict[str, str] = {}
+    for other in kernel_registry.implementations(op.name):
+        if other.plugin == impl.plugin:
+            continue
+        reason = kernel_registry.check(other, args, device)
+        if reason is None:
+            return other.run(args, resolve_config(op, other, args, device, None))
+        reasons[other.name] = reason
+    raise NoImplementationError(op.name, reasons)

@@ -14,7 +14,7 @@ from .. import _ffi
 from . import heuristics as H
 from ._call import TARGET, paged_decode
 
-__all__ = ["LANE_VARIANT", "TARGET", "CudaPageAttention"]
+__all__ = ["LANE_VARIANT", "TARGET", "CudaPageAttention", "cuda_available", "smem_limits"]
 
 # Pass 1's path for bf16/fp16 caches (0: tensor cores where the head dim allows; 1: FMAs, the
 # float32 path). Read when a call is traced, so a benchmark can compare them.
@@ -29,7 +29,16 @@ def _itemsize(args: PageAttentionArgs) -> int:
     return jnp.dtype(args.key_cache.dtype).itemsize
 
 
-def _smem(device: DeviceInfo) -> tuple[int, int]:
+def cuda_available(device: DeviceInfo) -> str | None:
+    """Why the paged decode cannot run on ``device`` (``None``: it can)."""
+    if device.compute_capability is None:
+        return f"needs an NVIDIA GPU; this call runs on {device.kind}"
+    if device.compute_capability < (8, 0):
+        return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
+    return _ffi.availability()
+
+
+def smem_limits(device: DeviceInfo) -> tuple[int, int]:
     """Shared memory per SM and per block of ``device`` (Hopper's where it is no known GPU)."""
     profile = profile_for(device)
     if profile is None:
@@ -59,11 +68,7 @@ class CudaPageAttention(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return _ffi.availability()
+        return cuda_available(device)
 
     def heuristic_cfg(self, args: PageAttentionArgs, device: DeviceInfo) -> PageAttentionConfig:
         ext, _ = _ffi._load()
@@ -73,7 +78,7 @@ class CudaPageAttention(KernelImpl):
             _itemsize(args),
         )  # fmt: skip
         stages = H.heuristic_stages(
-            args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT, *_smem(device)
+            args.num_groups, args.head_dim, p, args.block_size, _itemsize(args), LANE_VARIANT, *smem_limits(device)
         )
         return PageAttentionConfig(tokens_per_block=p, num_stages=stages)
 

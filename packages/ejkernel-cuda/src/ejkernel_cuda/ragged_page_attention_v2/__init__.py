@@ -1,0 +1,3 @@
+from .impl import CudaRaggedPageAttentionv2
+
+__all__ = ["CudaRaggedPageAttentionv2"]

@@ -1,0 +1,3 @@
+from .impl import CudaRaggedPageAttentionv3
+
+__all__ = ["CudaRaggedPageAttentionv3"]
