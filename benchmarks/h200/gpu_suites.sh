@@ -15,6 +15,10 @@
 #          their sizes; grouped_matmul with float32 and bfloat16 outputs; both page cache layouts
 #   firstbench  grouped_matmul float32 vs bfloat16 outputs at the four MoE shapes; page_attention
 #          in both cache layouts (CUDA and XLA)
+#   serving  the serving ops on the GPU: the Triton kernel's tiles at serving sizes, the CUDA
+#          decode-only path of ragged_page_attention_v2/v3 (eager and jitted), their conformance
+#   servebench  the serving steps of the bars (bf16, h32/8, d128, page 16): 64 decodes at 8k;
+#          60 decodes at 4k + 4 chunks of 512 at 8k, and each part alone; 8 prompts of 2048
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -90,6 +94,27 @@ fi
 if [[ $stages == *" tune "* ]]; then
   gpu_pytest ${TUNE_S:-300} tests/framework/test_autotune_gpu.py -rfP -n 2 > "$out/autotune.txt" 2>&1
   grep -E "\[autotune|passed|failed" "$out/autotune.txt" | tail -6
+fi
+if [[ $stages == *" serving "* ]]; then
+  gpu_pytest ${SERVING_S:-300} tests/ops/serving/test_triton_gpu.py packages/ejkernel-cuda/tests/test_cuda_ragged_paged.py \
+    tests/ops/serving/test_conformance.py -k "triton or cuda or gpu" -n ${WORKERS:-14} --durations=5 \
+    > "$out/serving_tests.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/serving_tests.txt" | tail -12
+fi
+if [[ $stages == *" servebench "* ]]; then
+  serve=(--h 32 --hk 8 --d 128 --page-size 16 --dtype bfloat16 --repeats ${REPEATS:-5})
+  steps=("--decodes 64 --context 8192 --chunks 0" "--decodes 60 --context 4096 --chunks 4 --chunk 512 --chunk-context 8192"
+    "--decodes 60 --context 4096 --chunks 0" "--decodes 0 --chunks 4 --chunk 512 --chunk-context 8192"
+    "--decodes 0 --chunks 8 --chunk 2048 --chunk-context 2048")
+  for op in ${SERVE_OPS:-ragged_page_attention_v2 ragged_page_attention_v3 unified_attention}; do
+    i=0
+    for step in "${steps[@]}"; do
+      i=$((i + 1))
+      timeout ${STEP_S:-90} python3 -m ejkernel bench $op "${serve[@]}" $step --json "$out/${op}_$i.json" \
+        > "$out/${op}_$i.txt" 2>&1
+      grep -E "│" "$out/${op}_$i.txt" | sed "s/^/$op: /"
+    done
+  done
 fi
 if [[ $stages == *" bench "* ]]; then
   timeout ${BENCH_S:-240} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} --impl triton \

@@ -4,19 +4,30 @@ One continuous-batching step: ``--decodes`` sequences decoding one token at ``--
 ``--chunks`` prefill chunks of ``--chunk`` tokens at the end of ``--chunk-context``, on randomly
 permuted pages. Reported as GB/s of the cache rows the step must read (each sequence's context
 once) + queries read + output written, next to ``peak_gbps``, a device-to-device copy measured in
-the same run. No peer yet (the decode-only step's peer is ``ejkernel bench page_attention``).
+the same run.
+
+Peers, on the same values: a decode-only step (``--chunks 0``) beside ``page_attention`` (the
+default implementation, over the cache's K and V halves as separate caches) and the dense decode
+of ``jax.nn.dot_product_attention`` (cuDNN on a GPU, XLA) over the gathered contexts; a
+prefill-only step whose chunks are whole prompts (``--decodes 0``, ``--chunk == --chunk-context``)
+beside ``flash_attention`` varlen (causal, ``cum_seqlens_q``) on the same tokens with a dense
+cache. The gathering and splitting happen once, outside the timed calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from ..benchmark import BenchCase, OpBench
+from ..benchmark import BenchCase, OpBench, Peer
+from ..device import device_for_arrays
 from ..flash_attention.bench import make_check
+from ..page_attention.bench import _dense_decode
 from ..timing import measure_copy_gbps
 from .reference import ragged_page_attention_v2_reference
 
@@ -36,17 +47,56 @@ class ServingStep:
     page_size: int
 
     def label(self) -> str:
-        return (
-            f"{self.decodes}x dec@{self.context} + {self.chunks}x {self.chunk}@{self.chunk_context} "
-            f"h{self.h}/{self.hk} d{self.d} ps{self.page_size}"
-        )
+        parts = [f"{self.decodes}x dec@{self.context}"] if self.decodes else []
+        parts += [f"{self.chunks}x {self.chunk}@{self.chunk_context}"] if self.chunks else []
+        return f"{' + '.join(parts)} h{self.h}/{self.hk} d{self.d} ps{self.page_size}"
 
     def seqs(self) -> list[tuple[int, int]]:
         return [(1, self.context)] * self.decodes + [(self.chunk, self.chunk_context)] * self.chunks
 
 
+def _page_attention(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any) -> Any:
+    from ... import page_attention
+
+    return page_attention(q, k_cache, v_cache, lens, tables)
+
+
+def _flash_varlen(q: Any, k: Any, v: Any, cu: Any) -> Any:
+    from ... import flash_attention
+
+    return flash_attention(q, k, v, causal=True, cum_seqlens_q=cu)
+
+
+def step_peers(s: ServingStep, q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl: Any) -> list[Peer]:
+    """The peers of a step on these values (module docstring): ``k_cache``/``v_cache`` are
+    ``[pages, page_size, hk, d]``, ``tables`` ``[seqs, pages_per_seq]``."""
+    if s.chunks == 0:
+        kd, vd = (c[tables].reshape(s.decodes, -1, s.hk, s.d)[:, : s.context] for c in (k_cache, v_cache))
+        on_gpu = device_for_arrays([]).platform == "gpu"
+        return [
+            Peer("page_attention", _page_attention, (q, k_cache, v_cache, lens, tables)),
+            *(
+                Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd))
+                for name in (["cudnn"] if on_gpu else []) + ["xla"]
+            ),
+        ]
+    if s.decodes == 0 and s.chunk == s.chunk_context:
+        pages = -(-s.chunk // s.page_size)
+        kd, vd = (c[tables].reshape(s.chunks * pages, s.page_size, s.hk, s.d) for c in (k_cache, v_cache))
+        kd, vd = (x.reshape(s.chunks, -1, s.hk, s.d)[:, : s.chunk].reshape(1, -1, s.hk, s.d) for x in (kd, vd))
+        return [
+            Peer("flash_attention varlen", _flash_varlen, (q[None], kd, vd, qsl), to_op=lambda o: o[0]),
+        ]
+    return []
+
+
 class RaggedPageAttentionv2Bench(OpBench):
     metric = "gbps"
+
+    @staticmethod
+    def peer(platform: str) -> str:
+        # Ratios are taken against the decode peer; a prefill row's peer is in its own records.
+        return "page_attention"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--decodes", type=int, default=8, help="decoding sequences (one token each)")
@@ -105,6 +155,11 @@ class RaggedPageAttentionv2Bench(OpBench):
             ref_low = ragged_page_attention_v2_reference(*arrays, dtype=jdt, precision=LOW_PRECISION).astype(jdt)
             check_fn = make_check(dtype, ref32, ref_low, lambda o: o)
         peak = measure_copy_gbps(min(2 * kv.nbytes, 2**31), getattr(ns, "repeats", 10))
+        case_peers = []
+        if peers:
+            case_peers = step_peers(
+                s, q, kv[:, :, 0::2], kv[:, :, 1::2], jnp.asarray(lens), jnp.asarray(tables), jnp.asarray(qsl)
+            )
         return [
             BenchCase(
                 label=s.label(),
@@ -112,6 +167,7 @@ class RaggedPageAttentionv2Bench(OpBench):
                 arrays=arrays,
                 options={},
                 cost=nbytes,
+                peers=case_peers,
                 check=check_fn,
                 extra={"peak_gbps": peak},
             )
