@@ -120,7 +120,7 @@ def _fake_loops(monkeypatch, timing):
     """Programs that return their loop length instead of running; the lengths built, in order."""
     lengths = []
 
-    def fake_looped(fn, loop=timing.LOOP):
+    def fake_looped(fn, loop=timing.LOOP, feedback=None):
         lengths.append(loop)
         return lambda *a: loop
 

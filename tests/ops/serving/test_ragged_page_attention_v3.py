@@ -7,6 +7,7 @@ quantized cache declined."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -223,3 +224,34 @@ def test_bad_inputs_are_named(over, error, words):
 def test_quantized_cache_is_declined(over):
     with pytest.raises(UnsupportedError, match="fp8/quantized KV cache is not supported yet"):
         _call(**over)
+
+
+def test_the_bench_loop_carries_the_cache_in_place():
+    """``ejkernel bench ragged_page_attention_v3`` times steps that pass the updated cache on
+    (``BenchCase.feedback``): the loop must update it in place, as a donating serving loop does,
+    not copy it per step (the time would then be the copy's); without the feedback it is copied."""
+    import argparse
+
+    from ejkernel.ops.ragged_page_attention_v3.bench import BENCH
+    from ejkernel.ops.timing import looped
+
+    from .test_kv_cache import _copies_of
+
+    ns = argparse.Namespace(
+        decodes=2, context=200, chunks=1, chunk=8, chunk_context=40, h=4, hk=2, d=128, page_size=16, repeats=1
+    )
+    (case,) = BENCH.cases(ns, "float32", peers=False, check=False)
+    assert case.feedback == {3: 1}
+    fn = functools.partial(ejkernel.ragged_page_attention_v3, platform="xla", **case.options)
+    cache = case.arrays[3]
+
+    shape = f"[{','.join(map(str, cache.shape))}]"
+
+    def copies_per_step(feedback):
+        hlo = looped(fn, 2, feedback).lower(*case.arrays).compile().as_text()
+        # The program's argument is copied once into the loop (it is not donated): not per step.
+        copies = [c for c in _copies_of(hlo, cache.size) if shape in c.split("copy(")[0]]
+        return [c for c in copies if not re.search(r"copy\(%(args|Arg|param)", c)]
+
+    assert not copies_per_step(case.feedback)
+    assert copies_per_step(None)

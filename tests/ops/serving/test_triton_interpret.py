@@ -140,5 +140,7 @@ def test_other_ops_conformance(op, case, cfg_id):
     cfg = next(iter(impl.test_configs.values())) if cfg_id == "test" else None
     # Unified attention's ALiBi, query-query bias and log-sum-exp (all-features has them all).
     declined = op == "unified_attention" and case.name in ("alibi", "qq-bias", "lse", "all-features")
+    # float32 above head dim 128 (declared: more shared memory than a block has).
+    declined |= getattr(case, "dtype", "float32") == "float32" and getattr(case, "d", 0) > 128
     expected = "declined" if declined else "ok"
     assert C.check_impl(impl, case, cfg, device=GPU) == expected

@@ -56,6 +56,9 @@ class BenchCase:
         peers: peers timed on the same inputs.
         check: ``check(out) -> (status, max_error)`` against the reference (``None``: no check).
         extra: fields added to every record of the case (e.g. the measured copy bandwidth).
+        feedback: ``{argument: output leaf}``: timed as a loop whose calls pass that output on
+            as that argument (a cache the op writes, carried as a serving loop donates it;
+            :func:`ejkernel.ops.timing.looped`). The implementations only, not the peers.
     """
 
     label: str
@@ -66,6 +69,7 @@ class BenchCase:
     peers: list[Peer] = dataclasses.field(default_factory=list)
     check: Callable[[Any], tuple[str, float]] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    feedback: dict[int, int] | None = None
 
 
 class OpBench:
@@ -111,9 +115,15 @@ def _record_base(op: str, impl: str, device: str, dtype: str) -> dict[str, Any]:
     }
 
 
-def _timed(fn: Callable[..., Any], args: Sequence[Any], repeats: int, progress: Callable[[str], None]) -> float | None:
+def _timed(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    repeats: int,
+    progress: Callable[[str], None],
+    feedback: dict[int, int] | None = None,
+) -> float | None:
     try:
-        return device_ms(fn, args, repeats)
+        return device_ms(fn, args, repeats, feedback)
     except Exception as e:
         progress(f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         return None
@@ -162,12 +172,12 @@ def run(
     trainable = op_cls.trainable and backward
     records: list[dict[str, Any]] = []
     for case in cases:
-        candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[Any], Any] | None]] = [
-            (name, functools.partial(_call, function, name, case.options), case.arrays, None)
+        candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[Any], Any] | None, Any]] = [
+            (name, functools.partial(_call, function, name, case.options), case.arrays, None, case.feedback)
             for name in accepting(op, case, impls, report)
         ]
-        candidates += [(p.name, p.fn, p.arrays, p.to_op) for p in case.peers]
-        for name, fn, arrays, to_op in candidates:
+        candidates += [(p.name, p.fn, p.arrays, p.to_op, None) for p in case.peers]
+        for name, fn, arrays, to_op, feedback in candidates:
             report(f"{name}: {case.label}")
             try:
                 out = jax.block_until_ready(jax.jit(fn)(*arrays))
@@ -178,7 +188,7 @@ def run(
             rec["label"] = case.label
             rec.update(case.fields)
             rec.update(case.extra)
-            ms = _timed(fn, arrays, repeats, report)
+            ms = _timed(fn, arrays, repeats, report, feedback)
 
             def per_s(amount: float, t: float | None) -> float | None:
                 return amount / (t * 1e-3) / (1e12 if bench.metric == "tflops" else 1e9) if t else None

@@ -97,10 +97,12 @@ def _nudge(args: Any, i: Any, acc: Any) -> Any:
     return out
 
 
-def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
+def looped(fn: Callable[..., Any], loop: int = LOOP, feedback: dict[int, int] | None = None) -> Callable[..., Any]:
     """``jit`` of ``loop`` data-dependent calls of ``fn(*args)`` inside one program (each
     argument may be a pytree; all are carried by the loop and passed through :func:`_nudge`
-    before each call, so they are never copied per call)."""
+    before each call, so they are never copied per call). ``feedback={i: j}``: output leaf ``j``
+    of a call is argument ``i`` of the next (a state the op updates, such as a KV cache it
+    writes: the loop carries it as a serving loop that donates it does, updated in place)."""
 
     def run(*args: Any) -> Any:
         def body(i: Any, carry: Any) -> Any:
@@ -112,6 +114,8 @@ def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
             # grouped matmul's forward+backward its 403 MB weight gradient, a cost the dense
             # matmul peer (a 6 MB one) never pays.
             leaves = lax.optimization_barrier(jax.tree.leaves(fn(*a)))
+            if feedback:
+                a = tuple(leaves[feedback[k]] if k in feedback else x for k, x in enumerate(a))
             return a, acc + sum(jnp.sum(leaf.reshape(-1)[:1].astype(jnp.float32)) for leaf in leaves)
 
         return lax.fori_loop(0, loop, body, (args, jnp.zeros((), jnp.float32)))[1]
@@ -119,17 +123,19 @@ def looped(fn: Callable[..., Any], loop: int = LOOP) -> Callable[..., Any]:
     return jax.jit(run)
 
 
-def device_ms(fn: Callable[..., Any], args: Sequence[Any], repeats: int) -> float:
-    """Device milliseconds per call of ``fn(*args)`` (see the module docstring). Raises what
-    compiling or running ``fn`` raises."""
-    short = looped(fn, LOOP)
+def device_ms(
+    fn: Callable[..., Any], args: Sequence[Any], repeats: int, feedback: dict[int, int] | None = None
+) -> float:
+    """Device milliseconds per call of ``fn(*args)`` (see the module docstring; ``feedback``: see
+    :func:`looped`). Raises what compiling or running ``fn`` raises."""
+    short = looped(fn, LOOP, feedback)
     t_short = time_callable(lambda: short(*args), repeats)
     if t_short >= LONG_PROGRAM_MS:
         # Slow calls (a peer at 80+ ms a call): the fixed cost is < 0.2 % of this program, and a
         # second, longer one would only double the minutes spent.
         return t_short / LOOP
     n = int(min(MAX_LOOP, max(2 * LOOP, SLOPE_PROGRAM_MS * LOOP / max(t_short, 1e-6))))
-    long = looped(fn, n)
+    long = looped(fn, n, feedback)
     t_long = time_callable(lambda: long(*args), repeats)
     slope = (t_long - t_short) / (n - LOOP)
     # Noise can only make the slope meaningless when the fixed cost dwarfs n calls; then the

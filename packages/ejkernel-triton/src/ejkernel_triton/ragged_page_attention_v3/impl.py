@@ -26,7 +26,10 @@ class TritonRaggedPageAttentionv3(TritonRaggedPageAttentionv2):
     merged in XLA. ``chunk_prefill_size`` (a TPU tile) does not apply. Its config has v2's
     tiling fields, so v2's shape, tiles and configs serve it."""
 
-    unsupported: ClassVar[Mapping[str, str]] = {"quantized_kv_cache": QUANTIZED_KV_UNSUPPORTED}
+    unsupported: ClassVar[Mapping[str, str]] = {
+        **TritonRaggedPageAttentionv2.unsupported,
+        "quantized_kv_cache": QUANTIZED_KV_UNSUPPORTED,
+    }
     # One page per key step (many steps, page-crossing windows), 2-token prefill tiles (several
     # tiles per chunk) and 3 splits: every path of the kernel on the small cases.
     test_configs: ClassVar[Mapping[str, OpConfig]] = {

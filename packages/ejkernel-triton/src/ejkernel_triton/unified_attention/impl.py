@@ -67,6 +67,7 @@ class TritonUnifiedAttention(TritonPaged):
 
     max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256}
     unsupported: ClassVar[Mapping[str, str]] = {
+        **TritonPaged.unsupported,
         "alibi_slopes": "the paged kernel adds no position bias (ALiBi)",
         "qq_bias": "the paged kernel adds no query-query bias",
         "return_lse": "the paged kernel does not return the log-sum-exp",

@@ -65,6 +65,10 @@ FEATURES: dict[str, tuple[str, Any]] = {
     "logits_soft_cap": ("cap · tanh(logits / cap)", lambda a: a.logits_soft_cap is not None),
     "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
     "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
+    "float32_wide_heads": (
+        "float32 inputs with a head dim above 128",
+        lambda a: jnp.dtype(a.dtype) == jnp.float32 and max(a.head_dim, getattr(a, "value_head_dim", 0)) > 128,
+    ),
 }
 
 
