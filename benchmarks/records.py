@@ -31,7 +31,7 @@ RESULTS = Path(__file__).parent / "results"
 MEASUREMENT = {
     "time", "timer", "command", "commit", "source", "jax", "ejkernel", "device", "label", "check",
     "max_err", "peer", "fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops", "ms", "gbps",
-    "fraction_of_peak", "flops_fwd", "bytes", "peak_gbps", "wall_s", "note",
+    "fraction_of_peak", "flops_fwd", "bytes", "peak_gbps", "wall_s", "note", "compile_s", "compile_fwdbwd_s",
 }  # fmt: skip
 
 

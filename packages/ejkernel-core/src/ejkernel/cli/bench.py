@@ -126,9 +126,13 @@ def run_command(args: argparse.Namespace) -> int:
     if desc.metric == "tflops":
         cols = ("fwd_ms", "fwd_tflops", "ratio_fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops", "ratio_fwdbwd_tflops")
         heads = ("fwd ms", "fwd TFLOP/s", "x peer", "fwd+bwd ms", "fwd+bwd TFLOP/s", "x peer")
+        if any(r.get("compile_fwdbwd_s") is not None for r in records):
+            cols, heads = (*cols, "compile_s", "compile_fwdbwd_s"), (*heads, "compile s", "compile fwd+bwd s")
+        else:
+            cols, heads = (*cols, "compile_s"), (*heads, "compile s")
     else:
-        cols = ("ms", "gbps", "ratio_gbps", "peak_gbps", "fraction_of_peak")
-        heads = ("ms", "GB/s", "x peer", "peak GB/s", "of peak")
+        cols = ("ms", "gbps", "ratio_gbps", "peak_gbps", "fraction_of_peak", "compile_s")
+        heads = ("ms", "GB/s", "x peer", "peak GB/s", "of peak", "compile s")
     for col in ("shape", "impl", *heads, "check"):
         table.add_column(col)
     for r in records:

@@ -16,6 +16,7 @@ import datetime as _dt
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,13 @@ def _timed(
         return None
 
 
+def _compile(fn: Callable[..., Any], arrays: Sequence[Any]) -> tuple[float, Any]:
+    """Seconds to trace and compile ``jax.jit(fn)`` for ``arrays``, and the compiled program."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*arrays).compile()
+    return time.perf_counter() - t0, compiled
+
+
 def _call(function: Callable[..., Any], impl: str, options: dict[str, Any], *arrays: Any) -> Any:
     return function(*arrays, platform=impl, **options)
 
@@ -180,11 +188,15 @@ def run(
         for name, fn, arrays, to_op, feedback in candidates:
             report(f"{name}: {case.label}")
             try:
-                out = jax.block_until_ready(jax.jit(fn)(*arrays))
+                # What a user's first call waits for (tracing, config selection, XLA's compile),
+                # apart from the run.
+                compile_s, compiled = _compile(fn, arrays)
+                out = jax.block_until_ready(compiled(*arrays))
             except Exception as e:
                 report(f"{name}: failed on {case.label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
                 continue
             rec = _record_base(op, name, device.device_kind, dtype)
+            rec["compile_s"] = compile_s
             rec["label"] = case.label
             rec.update(case.fields)
             rec.update(case.extra)
@@ -217,6 +229,10 @@ def run(
                     lambda *a, fn=fn: jnp.sum(jax.tree.leaves(fn(*a[:-1]))[0].astype(jnp.float32) * a[-1]),
                     argnums=float_args,
                 )
+                try:
+                    rec["compile_fwdbwd_s"] = _compile(gfn, (*arrays, cot))[0]
+                except Exception as e:  # the timing below reports it
+                    report(f"{name}: forward+backward does not compile: {type(e).__name__}")
                 ms_bwd = _timed(gfn, (*arrays, cot), repeats, report)
                 rec["fwdbwd_ms"] = ms_bwd
                 rec["fwdbwd_tflops"] = per_s((bench.backward_factor + 1) * case.cost, ms_bwd)
@@ -232,7 +248,7 @@ def run(
     return records
 
 
-_NOT_SHAPE = {"impl", "check", "max_err", "time", "ms", "gbps", "fraction_of_peak"}
+_NOT_SHAPE = {"impl", "check", "max_err", "time", "ms", "gbps", "fraction_of_peak", "compile_s", "compile_fwdbwd_s"}
 
 
 def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:
