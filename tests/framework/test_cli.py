@@ -52,6 +52,8 @@ def test_bench_attention_json_and_plot(tmp_path, capsys):
         assert (
             r["fwd_ms"] > 0
             and r["fwdbwd_tflops"] > 0
+            and 0 < r["compile_s"] < 120
+            and 0 < r["compile_fwdbwd_s"] < 120
             and r["command"].startswith("ejkernel bench flash_attention --shape")
         )
         assert (r["sq"], r["sk"], r["h"], r["hk"], r["d"]) == (40, 48, 4, 2, 16)
