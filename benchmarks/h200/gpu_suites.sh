@@ -19,6 +19,7 @@
 #          decode-only path of ragged_page_attention_v2/v3 (eager and jitted), their conformance
 #   servebench  the serving steps of the bars (bf16, h32/8, d128, page 16): 64 decodes at 8k;
 #          60 decodes at 4k + 4 chunks of 512 at 8k, and each part alone; 8 prompts of 2048
+#   servesweep  the Triton paged kernel's autotuning space on the prefill-only bar step (8 x 2048)
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -115,6 +116,12 @@ if [[ $stages == *" servebench "* ]]; then
       grep -E "│" "$out/${op}_$i.txt" | sed "s/^/$op: /"
     done
   done
+fi
+if [[ $stages == *" servesweep "* ]]; then
+  timeout ${SWEEP_S:-400} python3 benchmarks/config_sweep.py ragged_page_attention_v2 --impl triton --candidates \
+    --dtype bfloat16 --repeats ${REPEATS:-5} --json "$out/serving_prefill_sweep.json" -- --h 32 --hk 8 --d 128 \
+    --page-size 16 --decodes 0 --chunks 8 --chunk 2048 --chunk-context 2048 > "$out/serving_sweep.txt" 2>&1
+  grep -E "│" "$out/serving_sweep.txt" | sort -t"│" -k4 -n | head -12
 fi
 if [[ $stages == *" bench "* ]]; then
   timeout ${BENCH_S:-240} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} --impl triton \
