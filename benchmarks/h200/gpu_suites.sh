@@ -3,7 +3,7 @@
 # for rechecking a change that touches the GPU backends; records to $OUT (or /tmp/out):
 #   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
 #   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, CUDA
-#          page attention), forward and gradients; junit XML
+#          page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files)
 #   gpu    the op folders' GPU tests (tests/ops/**/*gpu.py: TMA forwards, every head dim, realistic tiles, the
 #          ring on every GPU; GPU_TESTS picks files; not the autotune test: STAGES=tune)
 #   lse    the log-sum-exp protocol (ring attention's inner kernels)
@@ -74,8 +74,9 @@ if [[ $stages == *" firstbench "* ]]; then
   tail -16 "$out/page_layouts.txt"
 fi
 if [[ $stages == *" conf "* ]]; then
-  gpu_pytest ${CONF_S:-420} tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
-    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py -k "triton or cuda" \
+  # CONF_TESTS picks a shard (the whole suite is ~480 items: more than one 600-s call at 14 workers).
+  gpu_pytest ${CONF_S:-420} ${CONF_TESTS:-tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
+    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "triton or cuda" \
     -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
