@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ejkernel.ops.blocksparse_attention import BlockSparseAttentionArgs, block_layout, compile_static
+from ejkernel.ops.blocksparse_attention import BlockSparseAttentionArgs
 from ejkernel.ops.blocksparse_attention.mask import FLAG_ATTENTION_MASK, FLAG_SEGMENTS, FLAG_STATIC, BlockLayout
 
 from .. import _tiles as T
@@ -47,17 +47,12 @@ def _spec(args: BlockSparseAttentionArgs, block_q: int, block_k: int) -> TileSpe
     )
 
 
-def _layout(args: BlockSparseAttentionArgs, ts: TileSpec) -> BlockLayout:
-    static = compile_static(args.mask, args.seq_q, args.seq_k, ts.block_q, ts.block_k)
-    return block_layout(static, args.q_segment_ids, args.kv_segment_ids, args.attention_mask)
-
-
 def blocksparse_attention(
     args: BlockSparseAttentionArgs, fwd_blocks: tuple[int, int], bwd_blocks: tuple[int, int]
 ) -> jax.Array:
     """Run the kernel on canonical arguments with (q, kv) tile sizes per pass."""
     fwd, bwd = _spec(args, *fwd_blocks), _spec(args, *bwd_blocks)
-    layouts = (_layout(args, fwd), _layout(args, bwd))
+    layouts = (args.layout(fwd.block_q, fwd.block_k), args.layout(bwd.block_q, bwd.block_k))
     masks = (args.q_segment_ids, args.kv_segment_ids, args.attention_mask)
     return _bsa((fwd, bwd), args.query, args.key, args.value, args.softmax_aux, layouts, masks)
 

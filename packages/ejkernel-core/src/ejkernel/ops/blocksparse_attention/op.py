@@ -17,7 +17,17 @@ from ..checks import ValueRule
 from ..families.attention import BlockAttentionConfig, bind_bias, segment_ids_rule
 from ..families.serving import sinks_per_head
 from ..op import Op
-from .mask import SparseMask, causal_mask, chunked_mask, intersect, local_mask, token_mask
+from .mask import (
+    BlockLayout,
+    SparseMask,
+    block_layout,
+    causal_mask,
+    chunked_mask,
+    compile_static,
+    intersect,
+    local_mask,
+    token_mask,
+)
 
 __all__ = ["BlockSparseAttention", "BlockSparseAttentionArgs", "BlockSparseAttentionConfig"]
 
@@ -75,6 +85,12 @@ class BlockSparseAttentionArgs(
     @property
     def dtype(self) -> Any:
         return self.query.dtype
+
+    def layout(self, block_q: int, block_k: int) -> BlockLayout:
+        """The kernels' block schedule at tiles ``block_q × block_k``: the static mask compiled
+        (cached) and intersected with this call's segment ids and pairwise mask."""
+        static = compile_static(self.mask, self.seq_q, self.seq_k, block_q, block_k)
+        return block_layout(static, self.q_segment_ids, self.kv_segment_ids, self.attention_mask)
 
 
 FEATURES: dict[str, tuple[str, Any]] = {
