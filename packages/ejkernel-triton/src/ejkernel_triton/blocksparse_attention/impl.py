@@ -7,12 +7,12 @@ from typing import ClassVar
 
 import jax
 
-from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, KernelImpl, OpConfig
+from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, KernelImpl, Need, OpConfig
 from ejkernel.ops.blocksparse_attention import BlockSparseAttentionArgs, BlockSparseAttentionConfig
 
 from .._launch import availability
-
-_SIZES = (16, 32, 64, 128)
+from ..flash_attention.heuristics import smem_limit
+from . import heuristics as H
 
 
 def _config(fwd: tuple[int, int, int, int], bwd: tuple[int, int, int, int]) -> BlockSparseAttentionConfig:
@@ -45,20 +45,22 @@ class TritonBlockSparseAttention(KernelImpl):
         return availability()
 
     def heuristic_cfg(self, args: BlockSparseAttentionArgs, device: DeviceInfo) -> BlockSparseAttentionConfig:
-        wide = max(args.head_dim, args.value_head_dim) > 128
-        # FlashAttention-2's Ampere/Hopper tiles for one warpgroup: 128 x 64 forward (64 x 64 past
-        # head dim 128, to fit the shared memory), 64 x 64 for both backward kernels.
-        fwd = (64, 64, 4, 2) if wide else (128, 64, 8 if args.head_dim > 64 else 4, 2)
-        return _config(fwd, (64, 64, 4, 1 if wide else 2))
+        return H.heuristic(args, device.compute_capability)
 
     def candidate_cfgs(self, args: BlockSparseAttentionArgs, device: DeviceInfo) -> list[BlockSparseAttentionConfig]:
         out = [self.heuristic_cfg(args, device)]
+        limit = smem_limit(device.compute_capability)
         for bq, bk in ((64, 64), (128, 128), (64, 128), (128, 32)):
             for warps in (4, 8):
                 cfg = _config((bq, bk, warps, 2), (64, 64, 4, 2))
-                if cfg not in out:
+                if cfg not in out and max(n.shared_memory for n in H.needs(args, cfg)) <= limit:
                     out.append(cfg)
         return out
+
+    def resources(
+        self, cfg: BlockSparseAttentionConfig, args: BlockSparseAttentionArgs, device: DeviceInfo
+    ) -> list[Need]:
+        return H.needs(args, cfg)
 
     def validate_cfg(self, cfg: BlockSparseAttentionConfig, args: BlockSparseAttentionArgs, device: DeviceInfo) -> None:
         for name, params in (("fwd_params", cfg.fwd_params), ("bwd_params", cfg.bwd_params)):
