@@ -465,25 +465,6 @@ def block_layout(
     return BlockLayout(*kv, *qm, partial_masks=jnp.asarray(static.partial_masks), block_q=bq, block_k=bk)
 
 
-def dense_layout_mask(layout: BlockLayout, seq_q: int, seq_k: int) -> Any:
-    """The token mask ``[Bm, seq_q, seq_k]`` the schedule's *static* patterns and visited tiles
-    imply (a test helper: the runtime fine masks are not applied)."""
-    bm, nq, _ = layout.kv_index.shape
-    nk = -(-seq_k // layout.block_k)
-    out = np.zeros((bm, nq * layout.block_q, nk * layout.block_k), bool)
-    idx, cnt = np.asarray(layout.kv_index), np.asarray(layout.kv_count)
-    fl, mi = np.asarray(layout.kv_flags), np.asarray(layout.kv_mask_index)
-    pm = np.asarray(layout.partial_masks)
-    for b in range(bm):
-        for i in range(nq):
-            for t in range(cnt[b, i]):
-                j = idx[b, i, t]
-                tile = pm[mi[b, i, t]] if fl[b, i, t] & FLAG_STATIC else True
-                rows = slice(i * layout.block_q, (i + 1) * layout.block_q)
-                out[b, rows, j * layout.block_k : (j + 1) * layout.block_k] = tile
-    return out[:, :seq_q, :seq_k]
-
-
 def intersect(masks: Sequence[SparseMask]) -> SparseMask:
     """The intersection of ``masks`` (the full mask when empty)."""
     out = full_mask()
