@@ -159,6 +159,13 @@ def _prefill_page_attention(dt):
 
 
 # Realistic shapes of every op a GPU implementation serves (abstract: nothing is allocated).
+def _blocksparse_attention(dt):
+    for d in (64, 128, 256):
+        q = S((2, 16, 4096, d), dt)
+        kv = S((2, 4, 4096, d), dt)
+        yield dict(query=q, key=kv, value=kv, sliding_window=(1024, 0))
+
+
 SHAPES = {
     "flash_attention": _attention,
     "ring_attention": _attention,  # a ring of one here: its blocks run the flash kernels
@@ -176,6 +183,7 @@ SHAPES = {
     "ragged_page_attention_v3": _ragged_page_attention_v3,
     "unified_attention": _unified_attention,
     "prefill_page_attention": _prefill_page_attention,
+    "blocksparse_attention": _blocksparse_attention,
 }
 GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)
 
@@ -506,3 +514,33 @@ def test_paged_attention_declared_shared_memory_bounds_the_compiled_kernels(op, 
     """The paged kernel (both ops): bf16 and float32 (three-pass products), long key steps with
     4 stages, head dim 256 with 8-head groups, either cache layout."""
     _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)
+
+
+def _blocksparse_cases():
+    from ejkernel.ops import BwdParams, FwdParams
+    from ejkernel.ops.blocksparse_attention import BlockSparseAttentionConfig
+    from ejkernel.types import MaskInfo
+
+    out = []
+    for d, dtype, cfg in (
+        (128, jnp.bfloat16, None),
+        (256, jnp.bfloat16, None),
+        (64, jnp.float32, BlockSparseAttentionConfig(
+            fwd_params=FwdParams(q_blocksize=64, kv_blocksize=64, num_warps=4, num_stages=2),
+            bwd_params=BwdParams(q_blocksize=32, kv_blocksize=64, num_warps=4, num_stages=2),
+        )),
+    ):  # fmt: skip
+        q = jnp.zeros((1, 4, 512, d), dtype)
+        kv = jnp.zeros((1, 2, 512, d), dtype)
+        seg = jnp.asarray(np.repeat(np.arange(4, dtype=np.int32), 128)[None])
+        mi = MaskInfo.from_segments(seg)
+        out.append(
+            ("blocksparse_attention", dict(query=q, key=kv, value=kv, sliding_window=(100, 0), mask_info=mi), cfg)
+        )
+    return out
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_blocksparse_cases(), "bsa"))
+def test_blocksparse_attention_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg)

@@ -42,6 +42,7 @@ OPS = (
     "ragged_page_attention_v3",
     "unified_attention",
     "prefill_page_attention",
+    "blocksparse_attention",
 )
 
 
@@ -51,6 +52,7 @@ def register(registry: Any) -> None:
     from ejkernel.ops.ring_attention import RingAttentionImpl
     from ejkernel.ops.support import register_declared
 
+    from .blocksparse_attention import TritonBlockSparseAttention
     from .flash_attention import TritonFlashAttention
     from .gated_delta_rule import TritonGatedDeltaRule
     from .gla_attention import TritonGLAttention
@@ -84,5 +86,6 @@ def register(registry: Any) -> None:
         "ragged_page_attention_v3": TritonRaggedPageAttentionv3,
         "unified_attention": TritonUnifiedAttention,
         "prefill_page_attention": TritonPrefillPageAttention,
+        "blocksparse_attention": TritonBlockSparseAttention,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

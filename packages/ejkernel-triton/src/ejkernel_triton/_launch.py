@@ -88,6 +88,7 @@ _TRITON_TYPES = {
     "bfloat16": "bf16",
     "float16": "fp16",
     "float32": "fp32",
+    "int8": "i8",
     "int32": "i32",
     "uint32": "u32",
     "int64": "i64",

@@ -38,6 +38,7 @@ OPS = (
     "lightning_attention",
     "recurrent_attention",
     "state_space_v2",
+    "blocksparse_attention",
 )
 
 
@@ -48,6 +49,7 @@ def register(registry: Any) -> None:
     from ejkernel.ops.support import register_declared
 
     from .attention import XlaAttention
+    from .blocksparse_attention import XlaBlockSparseAttention
     from .flash_attention import XlaFlashAttention
     from .gated_delta_rule import XlaGatedDeltaRule
     from .gla_attention import XlaGLAttention
@@ -86,5 +88,6 @@ def register(registry: Any) -> None:
         "lightning_attention": XlaLightningAttention,
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
+        "blocksparse_attention": XlaBlockSparseAttention,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

@@ -1,0 +1,3 @@
+from .impl import TritonBlockSparseAttention
+
+__all__ = ["TritonBlockSparseAttention"]

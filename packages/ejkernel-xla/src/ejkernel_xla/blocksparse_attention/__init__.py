@@ -1,0 +1,3 @@
+from .impl import XlaBlockSparseAttention
+
+__all__ = ["XlaBlockSparseAttention"]
