@@ -38,6 +38,7 @@ OPS = (
     "lightning_attention",
     "recurrent_attention",
     "state_space_v2",
+    "flash_mla",
 )
 
 
@@ -49,6 +50,7 @@ def register(registry: Any) -> None:
 
     from .attention import XlaAttention
     from .flash_attention import XlaFlashAttention
+    from .flash_mla import XlaFlashMLA
     from .gated_delta_rule import XlaGatedDeltaRule
     from .gla_attention import XlaGLAttention
     from .grouped_matmul import XlaGroupedMatmul
@@ -86,5 +88,6 @@ def register(registry: Any) -> None:
         "lightning_attention": XlaLightningAttention,
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
+        "flash_mla": XlaFlashMLA,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)
