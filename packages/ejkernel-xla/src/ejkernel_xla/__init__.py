@@ -39,6 +39,7 @@ OPS = (
     "recurrent_attention",
     "state_space_v2",
     "flash_mla",
+    "deepseek_attn",
 )
 
 
@@ -49,6 +50,7 @@ def register(registry: Any) -> None:
     from ejkernel.ops.support import register_declared
 
     from .attention import XlaAttention
+    from .deepseek_attn import XlaDeepSeekAttn
     from .flash_attention import XlaFlashAttention
     from .flash_mla import XlaFlashMLA
     from .gated_delta_rule import XlaGatedDeltaRule
@@ -89,5 +91,6 @@ def register(registry: Any) -> None:
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
         "flash_mla": XlaFlashMLA,
+        "deepseek_attn": XlaDeepSeekAttn,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

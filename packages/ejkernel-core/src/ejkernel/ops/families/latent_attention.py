@@ -57,6 +57,8 @@ __all__ = [
     "absorbed_attention_args",
     "absorbed_operands",
     "bind_latent",
+    "index_mask",
+    "index_scores",
     "materialized_kv",
     "project_latent_output",
 ]
@@ -285,3 +287,35 @@ def materialized_kv(
         q_rope = jnp.broadcast_to(b_q.astype(dtype)[:, :, None, :], (*b_q.shape[:2], q.shape[2], b_q.shape[-1]))
         q = jnp.concatenate([q, q_rope], axis=-1)
     return q, jnp.concatenate([k_nope, k_rope], axis=-1), v
+
+
+# -- the lightning indexer (deepseek_attn) ----------------------------------------------------------
+
+
+def index_scores(query_index: Any, key_index: Any, index_weights: Any, scale: float) -> Any:
+    """The lightning indexer's scores ``[b, sq, sk]`` in float32 (DeepSeek-V3.2 §2.1):
+    ``I[i, t] = Σ_j w[i, j] · relu(scale · q_idx[i, j] · k_idx[t])``."""
+    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
+    qi, ki, w = query_index.astype(f32), key_index.astype(f32), index_weights.astype(f32)
+    per_head = jax.nn.relu(jnp.einsum("bqjd,btd->bqjt", qi, ki, precision=hi) * scale)
+    return jnp.einsum("bqjt,bqj->bqt", per_head, w, precision=hi)
+
+
+def index_mask(query_index: Any, key_index: Any, index_weights: Any, *, topk: int, scale: float, causal: bool) -> Any:
+    """The keys each query attends in ``deepseek_attn``, bool ``[b, 1, sq, sk]``: the ``topk``
+    highest :func:`index_scores` among the keys it may see (``t <= i + sk - sq`` when causal;
+    ties go to the lower key index), and always its own position ``i + sk - sq``. Not
+    differentiable (a selection): the indexer's inputs get no gradient through it.
+
+    This function *defines* the selection: the implementations and the reference share it, so
+    that a near-tie cannot select differently between them."""
+    query_index, key_index, index_weights = (jax.lax.stop_gradient(x) for x in (query_index, key_index, index_weights))
+    b, sq, sk = query_index.shape[0], query_index.shape[1], key_index.shape[1]
+    pos = jnp.arange(sq)[:, None] + (sk - sq)  # each query's own key position
+    keys = jnp.arange(sk)[None, :]
+    visible = (keys <= pos) if causal else jnp.ones((sq, sk), bool)
+    scores = jnp.where(visible, index_scores(query_index, key_index, index_weights, scale), -jnp.inf)
+    k = min(topk, sk)
+    _, top = jax.lax.top_k(scores, k)  # [b, sq, k]
+    chosen = jnp.zeros((b, sq, sk), bool).at[jnp.arange(b)[:, None, None], jnp.arange(sq)[None, :, None], top].set(True)
+    return ((chosen & visible) | (keys == pos))[:, None]
