@@ -709,11 +709,13 @@ def test_modules_operations_paths():
     assert configs.BaseOperationConfig is ejkernel.ops.OpConfig
     assert configs.FwdParams(blocksize_m=16) == OurFwd(q_blocksize=16)
     implemented = ", ".join(list_ops())
-    with pytest.raises(ImportError, match=rf"FlashMLA is not provided: ejkernel implements the ops {implemented}"):
-        from ejkernel.modules.operations import FlashMLA  # noqa: F401
-    with pytest.raises(ImportError, match=r"configs\.FlashMLAConfig is not provided: the op configs are"):
-        from ejkernel.modules.operations.configs import FlashMLAConfig  # noqa: F401
-    assert not hasattr(operations, "FlashMLA")
+    with pytest.raises(
+        ImportError, match=rf"NoSuchAttention is not provided: ejkernel implements the ops {implemented}"
+    ):
+        from ejkernel.modules.operations import NoSuchAttention  # noqa: F401
+    with pytest.raises(ImportError, match=r"configs\.NoSuchAttentionConfig is not provided: the op configs are"):
+        from ejkernel.modules.operations.configs import NoSuchAttentionConfig  # noqa: F401
+    assert not hasattr(operations, "NoSuchAttention")
 
 
 def test_the_documented_module_executor_construction(tmp_path):
@@ -793,6 +795,7 @@ def test_executor_compile():
         ("mamba2", "state_space_v2"),
         ("grouped_matmulv2", "grouped_matmul"),
         ("grouped_matmulv3", "grouped_matmul"),
+        ("mla_attention", "flash_mla"),
     ],
 )
 def test_earlier_registry_names_resolve(earlier, op):

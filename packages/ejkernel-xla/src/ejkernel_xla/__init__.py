@@ -39,6 +39,8 @@ OPS = (
     "recurrent_attention",
     "state_space_v2",
     "blocksparse_attention",
+    "flash_mla",
+    "deepseek_attn",
 )
 
 
@@ -50,7 +52,9 @@ def register(registry: Any) -> None:
 
     from .attention import XlaAttention
     from .blocksparse_attention import XlaBlockSparseAttention
+    from .deepseek_attn import XlaDeepSeekAttn
     from .flash_attention import XlaFlashAttention
+    from .flash_mla import XlaFlashMLA
     from .gated_delta_rule import XlaGatedDeltaRule
     from .gla_attention import XlaGLAttention
     from .grouped_matmul import XlaGroupedMatmul
@@ -89,5 +93,7 @@ def register(registry: Any) -> None:
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
         "blocksparse_attention": XlaBlockSparseAttention,
+        "flash_mla": XlaFlashMLA,
+        "deepseek_attn": XlaDeepSeekAttn,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

@@ -133,6 +133,8 @@ EARLIER_OP_NAMES: dict[str, str] = {
     "mamba1": "state_space_v1",
     "ssm2": "state_space_v2",
     "mamba2": "state_space_v2",
+    # The functional name of ejkernel 0.0.16 (``mla_attention``) for multi-head latent attention.
+    "mla_attention": "flash_mla",
     # Earlier kernel versions of the grouped GEMM; here one op whose implementation the registry picks.
     "grouped_matmulv2": "grouped_matmul",
     "grouped_matmulv3": "grouped_matmul",

@@ -1,0 +1,3 @@
+from .impl import XlaDeepSeekAttn
+
+__all__ = ["XlaDeepSeekAttn"]

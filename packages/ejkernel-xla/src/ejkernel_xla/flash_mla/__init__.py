@@ -1,0 +1,3 @@
+from .impl import XlaFlashMLA
+
+__all__ = ["XlaFlashMLA"]
