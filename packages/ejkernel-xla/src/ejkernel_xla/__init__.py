@@ -38,6 +38,7 @@ OPS = (
     "lightning_attention",
     "recurrent_attention",
     "state_space_v2",
+    "native_sparse_attention",
 )
 
 
@@ -55,6 +56,7 @@ def register(registry: Any) -> None:
     from .kernel_delta_attention import XlaKernelDeltaAttention
     from .lightning_attention import XlaLightningAttention
     from .mean_pooling import XlaMeanPooling
+    from .native_sparse_attention import XlaNativeSparseAttention
     from .page_attention import XlaPageAttention
     from .prefill_page_attention import XlaPrefillPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
@@ -86,5 +88,6 @@ def register(registry: Any) -> None:
         "lightning_attention": XlaLightningAttention,
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
+        "native_sparse_attention": XlaNativeSparseAttention,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)
