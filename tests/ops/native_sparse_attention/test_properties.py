@@ -104,3 +104,20 @@ def test_memory_grows_linearly():
 
     small, large = temp(1024), temp(4096)
     assert large <= 6 * small, (small, large)
+
+
+def test_sharded_over_heads():
+    """Query heads and kv heads split together over a mesh axis: each shard is an NSA of its own
+    kv groups; the sequence cannot be split."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("h",))
+    q, k, v, g = _arrays()
+    heads = P(None, None, "h")
+    kw = dict(block_counts=2, block_size=8, window_size=6)
+    out = ejkernel.native_sparse_attention(q, k, v, g, g, g_swa=g, mesh=mesh, in_specs=(heads,) * 5, **kw)
+    want = ejkernel.native_sparse_attention(q, k, v, g, g, g_swa=g, **kw)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="cannot be sharded"):
+        ejkernel.native_sparse_attention(q, k, v, g, g, g_swa=g, mesh=mesh, in_specs=(P(None, "h"),) * 3, **kw)
