@@ -43,6 +43,7 @@ OPS = (
     "unified_attention",
     "prefill_page_attention",
     "blocksparse_attention",
+    "native_sparse_attention",
 )
 
 
@@ -60,6 +61,7 @@ def register(registry: Any) -> None:
     from .kernel_delta_attention import TritonKernelDeltaAttention
     from .lightning_attention import TritonLightningAttention
     from .mean_pooling import TritonMeanPooling
+    from .native_sparse_attention import TritonNativeSparseAttention
     from .page_attention import TritonPageAttention
     from .prefill_page_attention import TritonPrefillPageAttention
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
@@ -79,6 +81,7 @@ def register(registry: Any) -> None:
         "gated_delta_rule": TritonGatedDeltaRule,
         "grouped_matmul": TritonGroupedMatmul,
         "mean_pooling": TritonMeanPooling,
+        "native_sparse_attention": TritonNativeSparseAttention,
         "state_space_v1": TritonStateSpaceV1,
         "ring_attention": RingAttentionImpl(registry),
         "ragged_page_attention_v2": TritonRaggedPageAttentionv2,

@@ -41,6 +41,7 @@ OPS = (
     "blocksparse_attention",
     "flash_mla",
     "deepseek_attn",
+    "native_sparse_attention",
 )
 
 
@@ -61,6 +62,7 @@ def register(registry: Any) -> None:
     from .kernel_delta_attention import XlaKernelDeltaAttention
     from .lightning_attention import XlaLightningAttention
     from .mean_pooling import XlaMeanPooling
+    from .native_sparse_attention import XlaNativeSparseAttention
     from .page_attention import XlaPageAttention
     from .prefill_page_attention import XlaPrefillPageAttention
     from .ragged_decode_attention import XlaRaggedDecodeAttention
@@ -95,5 +97,6 @@ def register(registry: Any) -> None:
         "blocksparse_attention": XlaBlockSparseAttention,
         "flash_mla": XlaFlashMLA,
         "deepseek_attn": XlaDeepSeekAttn,
+        "native_sparse_attention": XlaNativeSparseAttention,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

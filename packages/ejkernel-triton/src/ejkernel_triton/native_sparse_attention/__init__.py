@@ -1,0 +1,3 @@
+from .impl import TritonNativeSparseAttention
+
+__all__ = ["TritonNativeSparseAttention"]

@@ -1,0 +1,3 @@
+from .impl import XlaNativeSparseAttention
+
+__all__ = ["XlaNativeSparseAttention"]
