@@ -38,6 +38,7 @@ OPS = (
     "lightning_attention",
     "recurrent_attention",
     "state_space_v2",
+    "recurrent_cell",
 )
 
 
@@ -61,6 +62,7 @@ def register(registry: Any) -> None:
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
     from .ragged_page_attention_v3 import XlaRaggedPageAttentionv3
     from .recurrent_attention import XlaRecurrentAttention
+    from .recurrent_cell import XlaRecurrentCell
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
     from .state_space_v2 import XlaStateSpaceV2
@@ -86,5 +88,6 @@ def register(registry: Any) -> None:
         "lightning_attention": XlaLightningAttention,
         "recurrent_attention": XlaRecurrentAttention,
         "state_space_v2": XlaStateSpaceV2,
+        "recurrent_cell": XlaRecurrentCell,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)
