@@ -42,6 +42,7 @@ OPS = (
     "ragged_page_attention_v3",
     "unified_attention",
     "prefill_page_attention",
+    "recurrent_cell",
 )
 
 
@@ -63,6 +64,7 @@ def register(registry: Any) -> None:
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
     from .ragged_page_attention_v3 import TritonRaggedPageAttentionv3
     from .recurrent_attention import TritonRecurrentAttention
+    from .recurrent_cell import TritonRecurrentCell
     from .state_space_v1 import TritonStateSpaceV1
     from .state_space_v2 import TritonStateSpaceV2
     from .unified_attention import TritonUnifiedAttention
@@ -84,5 +86,6 @@ def register(registry: Any) -> None:
         "ragged_page_attention_v3": TritonRaggedPageAttentionv3,
         "unified_attention": TritonUnifiedAttention,
         "prefill_page_attention": TritonPrefillPageAttention,
+        "recurrent_cell": TritonRecurrentCell,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

@@ -5,8 +5,9 @@ One program owns ``BLOCK_B`` batch rows of one direction and loops over time ins
 ``x_t @ w_ih`` plus the biases that add to it, is one matmul before the kernel
 (``ejkernel.ops.recurrent_cell.scan.input_projection``); the kernel adds ``h_{t-1} @ w_hh`` and
 applies the cell. With ``hidden_dim <= BLOCK_H`` (``W_RESIDENT``) the recurrent weights are loaded
-once, before the time loop, and stay in registers for the whole sequence; otherwise each step
-streams them in ``BLOCK_H``-square tiles (from L2 after the first step).
+once, before the time loop, and stay on chip (Triton keeps the dots' operand tiles in shared
+memory) for the whole sequence; otherwise each step streams them in ``BLOCK_H``-square tiles
+(from L2 after the first step).
 
 The float32 state lives in a two-slot buffer ``h_buf[dirs, 2, batch, H]``: step ``t`` reads slot
 ``t % 2`` whole (every column block needs all of ``h_{t-1}``) and writes slot ``(t + 1) % 2``; a
@@ -23,9 +24,10 @@ import triton.language as tl
 @triton.jit
 def _act(x, ACT: tl.constexpr):
     if ACT == "relu":
-        return tl.maximum(x, 0.0)
-    # tanh(x) = 2 sigmoid(2x) - 1 (tl has no tanh in every release)
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+        y = tl.maximum(x, 0.0)
+    else:  # tanh(x) = 2 sigmoid(2x) - 1 (tl has no tanh in every release)
+        y = 2.0 * tl.sigmoid(2.0 * x) - 1.0
+    return y
 
 
 @triton.jit

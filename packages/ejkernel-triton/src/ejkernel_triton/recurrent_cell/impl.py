@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.recurrent_cell import RecurrentCellArgs, RecurrentCellConfig
 
 from .._launch import availability
@@ -40,6 +40,9 @@ class TritonRecurrentCell(KernelImpl):
 
     def validate_cfg(self, cfg: RecurrentCellConfig, args: RecurrentCellArgs, device: DeviceInfo) -> None:
         H.check(cfg)
+
+    def resources(self, cfg: RecurrentCellConfig, args: RecurrentCellArgs, device: DeviceInfo) -> list[Need]:
+        return H.needs(cfg, args)
 
     def run(self, args: RecurrentCellArgs, cfg: RecurrentCellConfig) -> Any:
         from ._call import recurrent_cell

@@ -47,7 +47,7 @@ class RecurrentCellConfig(OpConfig):
             timestep).
         block_hidden: hidden units per step of the Triton kernel's column and reduction loops
             (``hidden_dim`` at most ``block_hidden``: the recurrent weights are loaded once and kept
-            in registers for the whole sequence).
+            on chip for the whole sequence).
         num_warps: warps per program (Triton).
         unroll: timesteps per iteration of the XLA implementation's ``lax.scan``.
     """
