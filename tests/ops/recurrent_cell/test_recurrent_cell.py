@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ejkernel
+from ejkernel.ops.recurrent_cell import RecurrentCellConfig
 from ejkernel.ops.recurrent_cell.cases import CASES, make_weights
 from ejkernel.ops.recurrent_cell.reference import recurrent_cell_numpy, recurrent_cell_reference
 
@@ -128,6 +129,16 @@ def test_gradients_of_every_weight(case, jit):
     assert set(g[0]) == set(kw["weights"])
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+
+
+def test_scan_unroll_gives_the_same_result():
+    """``RecurrentCellConfig.unroll`` (steps per scan iteration, a remainder included) changes
+    nothing but the schedule."""
+    x, h, _, w = _inputs("lstm", seq=11, bidirectional=True)
+    one = ejkernel.recurrent_cell(x, h, w, bidirectional=True, platform="xla", cfg=RecurrentCellConfig(unroll=1))
+    three = ejkernel.recurrent_cell(x, h, w, bidirectional=True, platform="xla", cfg=RecurrentCellConfig(unroll=3))
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(three), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
 def test_single_bias_is_the_sum_of_the_split_ones():

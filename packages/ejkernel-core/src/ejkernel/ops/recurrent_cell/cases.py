@@ -113,7 +113,8 @@ _BASE = (
     RecurrentCellCase("lstm-empty-seq", batch=2, seq=0, input_dim=3, hidden_dim=8, state="hc"),
     RecurrentCellCase("lstm-long", batch=4, seq=64, input_dim=16, hidden_dim=32),
 )
-CASES: tuple[RecurrentCellCase, ...] = _BASE + tuple(
+# The default set leaves out the long case: the reference's unrolled loop compiles slowly on a CPU.
+CASES: tuple[RecurrentCellCase, ...] = tuple(c for c in _BASE if c.name != "lstm-long") + tuple(
     c.with_dtype("bfloat16") for c in _BASE if c.name in ("lstm", "gru-bidirectional-shared-state")
 )
 FULL_CASES: tuple[RecurrentCellCase, ...] = _BASE + tuple(
