@@ -102,6 +102,12 @@ def _mean_pooling(dt):
     yield dict(x=S((4096, 1024), dt), cu_seqlens=S((9,), I32))
 
 
+def _recurrent_cell(dt):
+    for cell, g, hd in (("lstm", 4, 64), ("gru", 3, 48), ("lstm", 4, 1024)):
+        w = dict(w_ih=S((hd, g * hd), dt), w_hh=S((hd, g * hd), dt))
+        yield dict(inputs=S((64, 2048, hd), dt), hidden=S((64, hd), dt), weights=w, cell_type=cell)
+
+
 def _page_attention(dt):
     for d in (64, 128, 256):
         for context in (2048, 32768):
@@ -178,6 +184,7 @@ SHAPES = {
     "grouped_matmul": _grouped_matmul,
     "state_space_v1": _state_space_v1,
     "mean_pooling": _mean_pooling,
+    "recurrent_cell": _recurrent_cell,
     "page_attention": _page_attention,
     "ragged_page_attention_v2": _ragged_page_attention,
     "ragged_page_attention_v3": _ragged_page_attention_v3,
@@ -214,17 +221,22 @@ def test_every_heuristic_config_fits_every_device_profile(op):
     checked = []
 
     def walk(impl, dtype, kw, device):
-        names = [n for n, v in kw.items() if isinstance(v, S)]
+        # Abstract shapes anywhere in the arguments (recurrent_cell's weights are a dict of them).
+        leaves, tree = jax.tree.flatten(kw, is_leaf=lambda v: isinstance(v, S))
+        pos = [i for i, v in enumerate(leaves) if isinstance(v, S)]
 
         def inside(*arrays):  # traced: the abstract shapes become arrays for bind
-            args = bind(op, **{**kw, **dict(zip(names, arrays, strict=True))})
+            full = list(leaves)
+            for i, a in zip(pos, arrays, strict=True):
+                full[i] = a
+            args = bind(op, **jax.tree.unflatten(tree, full))
             runs = impl.available(device) is None and declared_decline(impl, args) is None
             if runs and impl.decline(args, device) is None:  # a decline names what does not fit
                 cfg = resolve_config(get_op(op), impl, args, device)
                 checked.append((impl.name, dtype, device.compute_capability, cfg))
             return 0
 
-        jax.eval_shape(inside, *[kw[n] for n in names])
+        jax.eval_shape(inside, *[leaves[i] for i in pos])
 
     for impl in impls:
         for dtype in impl.dtypes or ("bfloat16",):
@@ -544,3 +556,26 @@ def _blocksparse_cases():
 @pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_blocksparse_cases(), "bsa"))
 def test_blocksparse_attention_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
     _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg)
+
+
+def _recurrent_cell_cases():
+    from ejkernel.ops.recurrent_cell import RecurrentCellConfig
+
+    def kw(cell, g, hd, dtype):
+        w = dict(w_ih=jnp.zeros((32, g * hd), dtype), w_hh=jnp.zeros((hd, g * hd), dtype))
+        return dict(inputs=jnp.zeros((64, 8, 32), dtype), hidden=jnp.zeros((64, hd), dtype), weights=w, cell_type=cell)
+
+    streamed = RecurrentCellConfig(block_batch=64, block_hidden=128, num_warps=8)
+    return [
+        ("recurrent_cell", kw("lstm", 4, 64, jnp.float32), None),  # resident: every gate's tile
+        ("recurrent_cell", kw("gru", 3, 48, jnp.bfloat16), None),
+        ("recurrent_cell", kw("lstm", 4, 256, jnp.float32), streamed),
+        ("recurrent_cell", kw("lstm", 4, 1024, jnp.bfloat16), None),
+    ]
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_recurrent_cell_cases(), "rnn"))
+def test_recurrent_cell_declared_shared_memory_bounds_the_compiled_kernel(op, kw, cfg):
+    # The backward is XLA's: only the forward kernel compiles.
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)

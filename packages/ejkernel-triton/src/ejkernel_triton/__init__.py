@@ -44,6 +44,7 @@ OPS = (
     "prefill_page_attention",
     "blocksparse_attention",
     "native_sparse_attention",
+    "recurrent_cell",
 )
 
 
@@ -67,6 +68,7 @@ def register(registry: Any) -> None:
     from .ragged_page_attention_v2 import TritonRaggedPageAttentionv2
     from .ragged_page_attention_v3 import TritonRaggedPageAttentionv3
     from .recurrent_attention import TritonRecurrentAttention
+    from .recurrent_cell import TritonRecurrentCell
     from .state_space_v1 import TritonStateSpaceV1
     from .state_space_v2 import TritonStateSpaceV2
     from .unified_attention import TritonUnifiedAttention
@@ -90,5 +92,6 @@ def register(registry: Any) -> None:
         "unified_attention": TritonUnifiedAttention,
         "prefill_page_attention": TritonPrefillPageAttention,
         "blocksparse_attention": TritonBlockSparseAttention,
+        "recurrent_cell": TritonRecurrentCell,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

@@ -42,6 +42,7 @@ OPS = (
     "flash_mla",
     "deepseek_attn",
     "native_sparse_attention",
+    "recurrent_cell",
 )
 
 
@@ -69,6 +70,7 @@ def register(registry: Any) -> None:
     from .ragged_page_attention_v2 import XlaRaggedPageAttentionv2
     from .ragged_page_attention_v3 import XlaRaggedPageAttentionv3
     from .recurrent_attention import XlaRecurrentAttention
+    from .recurrent_cell import XlaRecurrentCell
     from .scaled_dot_product_attention import XlaScaledDotProductAttention
     from .state_space_v1 import XlaStateSpaceV1
     from .state_space_v2 import XlaStateSpaceV2
@@ -98,5 +100,6 @@ def register(registry: Any) -> None:
         "flash_mla": XlaFlashMLA,
         "deepseek_attn": XlaDeepSeekAttn,
         "native_sparse_attention": XlaNativeSparseAttention,
+        "recurrent_cell": XlaRecurrentCell,
     }
     register_declared(registry, OPS, impls, Platform.XLA, Backend.ANY, PRIORITY)

@@ -215,7 +215,12 @@ def run(
                 peak = case.extra.get("peak_gbps")
                 rec["fraction_of_peak"] = rec["gbps"] / peak if (rec["gbps"] and peak) else None
             if trainable and bench.metric == "tflops":
-                float_args = tuple(i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating))
+                # An argument may be a dict of arrays (``recurrent_cell``'s weights).
+                float_args = tuple(
+                    i
+                    for i, x in enumerate(arrays)
+                    if jax.tree.leaves(x) and all(jnp.issubdtype(v.dtype, jnp.floating) for v in jax.tree.leaves(x))
+                )
                 # An op returning several arrays (e.g. ``(out, final_state)``) is differentiated
                 # through its first one.
                 out0 = jax.tree.leaves(out)[0]

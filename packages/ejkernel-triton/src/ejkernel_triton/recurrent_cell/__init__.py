@@ -1,0 +1,3 @@
+from .impl import TritonRecurrentCell
+
+__all__ = ["TritonRecurrentCell"]

@@ -1,0 +1,3 @@
+from .impl import XlaRecurrentCell
+
+__all__ = ["XlaRecurrentCell"]
