@@ -172,7 +172,15 @@ def _blocksparse_attention(dt):
         yield dict(query=q, key=kv, value=kv, sliding_window=(1024, 0))
 
 
+def _native_sparse_attention(dt):
+    for d in (64, 128):
+        q = S((1, 4096, 16, d), dt)
+        kv = S((1, 4096, 1, d), dt)
+        yield dict(query=q, key=kv, value=kv, block_indices=S((1, 4096, 1, 16), jnp.int32), block_counts=16)
+
+
 SHAPES = {
+    "native_sparse_attention": _native_sparse_attention,
     "flash_attention": _attention,
     "ring_attention": _attention,  # a ring of one here: its blocks run the flash kernels
     "gla_attention": _linear("gla_attention"),

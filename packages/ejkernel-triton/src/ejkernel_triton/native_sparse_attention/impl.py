@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 import jax
+import jax.numpy as jnp
 
-from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.native_sparse_attention import NativeSparseAttentionArgs, NativeSparseAttentionConfig
 
 from .._launch import availability
@@ -48,6 +49,23 @@ class TritonNativeSparseAttention(KernelImpl):
     ) -> None:
         if cfg.block_k is not None and cfg.block_k < 16:
             raise ValueError(f"TritonNativeSparseAttention: block_k must be >= 16 (tl.dot), got {cfg.block_k}")
+
+    def resources(
+        self, cfg: NativeSparseAttentionConfig, args: NativeSparseAttentionArgs, device: DeviceInfo
+    ) -> list[Need]:
+        """The selected-branch kernel's shared memory: a K and a V tile per pipeline stage (at
+        least one: ``tl.dot`` reads them from shared memory), the group's query tile, barriers;
+        a model, not yet checked against a compiled kernel."""
+
+        def pow2(n: int) -> int:
+            return max(16, 1 << max(n - 1, 0).bit_length())
+
+        item = jnp.dtype(args.dtype).itemsize
+        d, dv = pow2(args.head_dim), pow2(args.value_head_dim)
+        block_k = int(cfg.block_k or _block_k(args))
+        stages = max(1, int(cfg.num_stages or 1))
+        smem = stages * block_k * (d + dv) * item + pow2(args.num_heads // args.num_kv_heads) * d * item + 1024
+        return [Need("selected-blocks attention", smem, 32 * int(cfg.num_warps or 4))]
 
     def run(self, args: NativeSparseAttentionArgs, cfg: NativeSparseAttentionConfig) -> jax.Array:
         from ._call import native_sparse_attention
