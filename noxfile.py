@@ -1,6 +1,13 @@
 """Development sessions: ``nox -l`` lists them. ``bash scripts/test.sh`` runs the quick suite
 (``lint`` and ``quick``); ``bash scripts/test.sh --full`` the full sessions; ``.ci/run`` both.
 
+CI's sessions sample the case matrices to stay within an hour on 2 cores: the quick suite runs the
+first case of each test x implementation x config, ``tests`` and ``triton_interpret`` run
+SUITE_SAMPLE cases of each, spread from the first to the last (tests/conftest.py, ``--sample``), so
+every op, implementation and config runs and the later cases' features (masks, segments, sinks,
+...) too. ``full`` and ``triton_interpret_full`` (not in CI) run every case; ``EJKERNEL_TEST_SAMPLE``
+sets the sample of any of these sessions (0: every case).
+
 Python versions are found on PATH as ``python3.12`` / ``python3.11`` (``scripts/test.sh`` makes
 pyenv expose both when pyenv is present). Pytest's exit code 5 (nothing collected, e.g. GPU tests
 on a CPU machine) counts as success.
@@ -41,6 +48,8 @@ CUDA_BUILD_REQUIREMENTS = f"{CUDA_PACKAGE}/build-requirements.txt"
 
 # The quick suite: ``pytest --quick`` (tests/conftest.py says what it holds; no CUDA build).
 QUICK_ARGS = ["tests", "packages/ejkernel-pallas/tests"]
+# Cases of each test x implementation x config in the sampled sessions (tests, triton_interpret).
+SUITE_SAMPLE = 4
 
 
 def _install(session: nox.Session, jax_pins: list[str], *, cuda: bool = False) -> None:
@@ -87,10 +96,16 @@ def _workers() -> str:
     return os.environ.get("EJKERNEL_TEST_WORKERS", "auto")
 
 
+def _sample(default: int | None) -> list[str]:
+    """``--sample``: ``EJKERNEL_TEST_SAMPLE`` if set (0: every case), else ``default`` (None: pytest's)."""
+    sample = os.environ.get("EJKERNEL_TEST_SAMPLE", "").strip()
+    n = int(sample) if sample else default
+    return [] if n is None else [f"--sample={n}"]
+
+
 def _quick(session: nox.Session, jax_pins: list[str]) -> None:
     _install(session, jax_pins)
-    sample = os.environ.get("EJKERNEL_TEST_SAMPLE")
-    args = [*([f"--sample={int(sample)}"] if sample else []), *(session.posargs or QUICK_ARGS)]
+    args = [*_sample(None), *(session.posargs or QUICK_ARGS)]
     session.run("pytest", "-n", _workers(), "--quick", "--durations=10", *args, success_codes=PYTEST_OK)
 
 
@@ -104,21 +119,27 @@ def quick(session: nox.Session) -> None:
 
 @nox.session(python="3.12")
 def tests(session: nox.Session) -> None:
-    """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices), the CUDA extension
+    """The whole suite on Python 3.12 with jax 0.11.2 (8 simulated CPU devices), SUITE_SAMPLE cases of
+    each conformance and Pallas-interpreter matrix (``full`` runs every case), the CUDA extension
     built first (its own tests need it; on a CPU machine they check the build and the declarations)."""
     _install(session, JAX_CURRENT, cuda=True)
     paths = session.posargs or ["tests", *PACKAGE_TESTS]
-    # CI runs the quick suite first: EJKERNEL_AFTER_QUICK=1 runs only what it left out.
+    # CI runs the quick suite first: EJKERNEL_AFTER_QUICK=1 runs only what it left out of the sample.
     after = ["--after-quick"] if os.environ.get("EJKERNEL_AFTER_QUICK") == "1" else []
-    session.run("pytest", "-n", _workers(), "--durations=15", *after, *paths, success_codes=PYTEST_OK)
+    args = [*_sample(SUITE_SAMPLE), *after]
+    session.run("pytest", "-n", _workers(), "--durations=15", *args, *paths, success_codes=PYTEST_OK)
 
 
 @nox.session(python="3.12")
 def full(session: nox.Session) -> None:
-    """The full matrices: every dtype twin of every conformance case, and every compiled-config
-    check (``-m full``), on every implementation here."""
+    """The full matrices (not in CI): every case of every conformance and Pallas-interpreter test
+    (the sessions above run a sample), every dtype twin of every conformance case and every
+    compiled-config check (``-m full``), on every implementation here; without the CUDA build."""
     _install(session, JAX_CURRENT)
-    session.run("pytest", "-n", _workers(), "-m", "full", "tests", success_codes=PYTEST_OK)
+    paths = session.posargs or QUICK_ARGS
+    session.run(
+        "pytest", "-n", _workers(), "--durations=15", *_sample(0), "-m", "not packaging", *paths, success_codes=PYTEST_OK
+    )  # fmt: skip
 
 
 @nox.session(python="3.11")
@@ -206,13 +227,25 @@ def packaging(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def triton_interpret(session: nox.Session) -> None:
     """The Triton kernels and their host wrappers on the CPU, in Triton's interpreter (in CI: no
-    other session runs the Triton kernels; ~9 minutes on 2 cores): the ``interpret`` tests of
-    ``tests/ops/**/test_triton_interpret*.py``, which skip themselves without ``TRITON_INTERPRET=1``.
+    other session runs the Triton kernels): the ``interpret`` tests of
+    ``tests/ops/**/test_triton_interpret*.py``, which skip themselves without ``TRITON_INTERPRET=1``,
+    SUITE_SAMPLE cases of each case matrix (``triton_interpret_full`` runs every case).
 
     Needs a CPU build of PyTorch (the interpreter takes torch tensors): ``torch==2.13.0`` as this
     workplace's machines carry it for Python 3.11. NumPy stays below 2.3, whose stricter scalar
     conversion the Triton 3.6 interpreter trips over.
     """
+    _triton_interpret(session, "interpret and not full", SUITE_SAMPLE)
+
+
+@nox.session(python="3.11")
+def triton_interpret_full(session: nox.Session) -> None:
+    """``triton_interpret`` with every case of every matrix and the ``full``-marked interpreter tests
+    (not in CI)."""
+    _triton_interpret(session, "interpret", 0)
+
+
+def _triton_interpret(session: nox.Session, markers: str, sample: int) -> None:
     session.install(
         *JAX_OLDEST,
         "torch==2.13.0",
@@ -231,11 +264,13 @@ def triton_interpret(session: nox.Session) -> None:
         "-q",
         "-n",
         _workers(),
+        "--durations=15",
         "-W",
         "ignore::DeprecationWarning:triton.runtime.interpreter",
         "-m",
-        "interpret and not full",
-        *_op_tests("test_triton_interpret*.py"),
+        markers,
+        *_sample(sample),
+        *(session.posargs or _op_tests("test_triton_interpret*.py")),
         env={"TRITON_INTERPRET": "1"},
         success_codes=PYTEST_OK,
     )
@@ -254,7 +289,7 @@ def docs(session: nox.Session) -> None:
 
     Its support table (docs/gen_support.py) shows the committed conformance records of
     docs/conformance_results.toml and a CPU run of the suite made here: ``EJKERNEL_DOCS_CONFORMANCE``
-    is N (the first N cases of each implementation x config; default 2), ``all`` or ``off``.
+    is N (N cases of each implementation x config, first to last; default 2), ``all`` or ``off``.
     """
     session.install(
         *JAX_CURRENT,

@@ -9,8 +9,9 @@
 - per run, where it ran (``ejkernel.platform``, ``ejkernel.device``, versions, the commit) and
   what was selected (``ejkernel.selection``).
 
-The suite's ``--sample=N`` (``tests/conftest.py``) keeps the first N cases of each implementation ×
-config, so the docs build stays quick; the support table counts the cases it did not run as "not run".
+The suite's ``--sample=N`` (``tests/conftest.py``) keeps N cases of each implementation × config,
+spread from the first to the last, so the docs build stays quick; the support table counts the cases
+it did not run as "not run".
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         "ejkernel.commit": commit or "unknown",
         "ejkernel.date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "ejkernel.selection": (
-            f"the first {n} cases of each implementation x config" if n else "every case of the default set"
+            f"{n} cases of each implementation x config, first to last" if n else "every case of the default set"
         ),
     }.items():
         xml.add_global_property(name, value)

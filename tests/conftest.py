@@ -22,13 +22,15 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 os.environ.setdefault("EJKERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="ejkernel-test-cache-"))
 
 import collections
+import functools
 
 import pytest
 
 # The quick suite (``--quick``, the README's test command): the tests under tests/ and the Pallas
-# package's own, without these markers, and of each conformance matrix the first QUICK_SAMPLE cases
-# of each test x implementation x config. ``--after-quick`` runs what ``--quick`` leaves out (CI runs
-# both, the quick suite first).
+# package's own, without these markers, and of each conformance matrix the first case of each
+# test x implementation x config. ``--after-quick`` runs what ``--quick`` leaves out (CI runs both,
+# the quick suite first); with ``--sample=N`` it keeps only the quick suite's complement within the
+# N-case sample (the ``tests`` session's default: noxfile.py), so quick + after-quick is the sample.
 QUICK_SKIPS = ("slow", "distributed", "interpret")
 QUICK_SAMPLE = 1
 _TESTS = Path(__file__).resolve().parent
@@ -40,8 +42,8 @@ def pytest_addoption(parser):
         type=int,
         default=None,
         metavar="N",
-        help="run the first N conformance cases of each test x implementation x config (0: every case; "
-        f"--quick takes {QUICK_SAMPLE})",
+        help="run N conformance cases of each test x implementation x config, spread over its case list from "
+        f"the first to the last (0: every case; --quick takes {QUICK_SAMPLE}: the first)",
     )
     group = parser.getgroup("ejkernel")
     group.addoption("--quick", action="store_true", help="the quick suite (tests/conftest.py says what it holds)")
@@ -70,28 +72,48 @@ def pytest_configure(config):
 
 
 def _sample_key(item):
-    """The conformance key of a parametrized item (test function, op, implementation[, config]),
-    or ``None`` for an item not parametrized by a conformance ``Param`` or an ``impl`` and a ``case``."""
+    """The conformance key of a parametrized item, whose cases ``--sample`` samples: (test function,
+    op, implementation[, config]) for a conformance ``Param`` or an ``impl`` with a ``case``; for an
+    interpreter test (marked ``interpret``) with a ``case``, its module, function and other
+    parameters (op, config). ``None`` for any other item (always kept)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     param, impl = params.get("param"), params.get("impl")
     if param is not None and hasattr(param, "impl"):
         return (item.originalname, param.impl.op_name, param.impl.name, param.cfg_id)
     if hasattr(impl, "op_name") and "case" in params:
         return (item.originalname, impl.op_name, impl.name)
+    if "case" in params and "interpret" in item.keywords:
+        others = tuple(sorted((k, str(v)) for k, v in params.items() if k != "case"))
+        return (str(item.path), item.originalname, others)
     return None
 
 
+@functools.cache
+def _spread(size: int, n: int) -> frozenset[int]:
+    """The positions of ``n`` of ``size`` cases: the first, the last and evenly spaced between (all of
+    them when ``n >= size``; ``n == 1``: the first)."""
+    if n >= size:
+        return frozenset(range(size))
+    if n == 1:
+        return frozenset({0})
+    return frozenset((2 * i * (size - 1) + n - 1) // (2 * (n - 1)) for i in range(n))
+
+
 def _in_sample(items, n):
-    """Whether each item is among the first ``n`` of its conformance key (items without one: yes).
-    Cases are ordered basic-first in each op's ``cases.py``, so a sample still covers every op,
-    implementation and config."""
+    """Whether each item is among the ``n`` sampled cases of its conformance key (items without one:
+    yes). Cases are ordered basic-first in each op's ``cases.py`` and features follow, so the first
+    case is the basic one and a spread sample reaches the later features (masks, segments, sinks,
+    ...): a sample still covers every op, implementation and config."""
+    keys = [_sample_key(item) for item in items]
+    sizes = collections.Counter(k for k in keys if k is not None)
     seen = collections.Counter()
     out = []
-    for item in items:
-        key = _sample_key(item)
-        if key is not None:
-            seen[key] += 1
-        out.append(key is None or not n or seen[key] <= n)
+    for key in keys:
+        if key is None or not n:
+            out.append(True)
+            continue
+        out.append(seen[key] in _spread(sizes[key], n))
+        seen[key] += 1
     return out
 
 
@@ -107,13 +129,17 @@ def _select(config, items):
     if quick and after:
         raise pytest.UsageError("--quick and --after-quick select complementary sets: pass one")
     n = config.getoption("sample")
-    if n is None:
-        n = QUICK_SAMPLE if quick or after else 0
-    sampled = _in_sample(items, n)
-    if quick or after:
-        keep_flags = [_is_quick(item, s) == quick for item, s in zip(items, sampled, strict=True)]
+    if quick:
+        keep_flags = [
+            _is_quick(item, s)
+            for item, s in zip(items, _in_sample(items, QUICK_SAMPLE if n is None else n), strict=True)
+        ]
+    elif after:
+        # The complement of the default quick suite, within the sample (every case without --sample).
+        in_quick = [_is_quick(item, s) for item, s in zip(items, _in_sample(items, QUICK_SAMPLE), strict=True)]
+        keep_flags = [s and not q for s, q in zip(_in_sample(items, n or 0), in_quick, strict=True)]
     else:
-        keep_flags = sampled
+        keep_flags = _in_sample(items, n or 0)
     keep = [item for item, k in zip(items, keep_flags, strict=True) if k]
     drop = [item for item, k in zip(items, keep_flags, strict=True) if not k]
     if drop:
