@@ -104,20 +104,35 @@ def main(argv: list[str] | None = None) -> int:
                     peers=[],
                 )
             )
-        run = B.run(args.op, swept, args.dtype, impls=[impl.name], backward=not args.fwd_only,
-                    repeats=args.repeats, progress=report)  # fmt: skip
+        # The peers first, then one config at a time, each printed and filed as it ends, so a sweep
+        # cut short by a time limit still leaves what it measured.
+        run: list[dict[str, Any]] = []
         if case.peers:  # the peers alone, once per case
             run += B.run(args.op, [case], args.dtype, impls=["-"], backward=not args.fwd_only,
                          repeats=args.repeats, progress=report)  # fmt: skip
-        _ratios(run, desc.ratio_peer(device.platform), desc.metric)
+            _print(run, desc.metric)
+        for one in swept:
+            new = B.run(args.op, [one], args.dtype, impls=[impl.name], backward=not args.fwd_only,
+                        repeats=args.repeats, progress=report)  # fmt: skip
+            run += new
+            _ratios(run, desc.ratio_peer(device.platform), desc.metric)
+            _print(new, desc.metric)
+            if args.json:
+                B.write_json(records + run, args.json, command)
         records += run
-        if args.json:
-            B.write_json(records, args.json, command)
-    for r in records:
-        figure = r.get("fwd_tflops") if desc.metric == "tflops" else r.get("gbps")
-        both = r.get("fwdbwd_tflops")
-        print(f"{r['label']:<60} {r['impl']:<28} {_fmt(figure)} {_fmt(both)} {r.get('check', '-')}")
     return 0
+
+
+def _print(records: list[dict[str, Any]], metric: str) -> None:
+    for r in records:
+        figure = r.get("fwd_tflops") if metric == "tflops" else r.get("gbps")
+        both = r.get("fwdbwd_tflops")
+        ratio = r.get("ratio_fwd_tflops") if metric == "tflops" else r.get("ratio_gbps")
+        print(
+            f"{r['label']:<60} {r['impl']:<28} {_fmt(r.get('fwd_ms', r.get('ms')))} ms {_fmt(figure)} {_fmt(both)} "
+            f"x{_fmt(ratio)} {r.get('check', '-')} {json.dumps(r.get('config'))}",
+            flush=True,
+        )
 
 
 def _ratios(records: list[dict[str, Any]], peer: str | None, metric: str) -> None:

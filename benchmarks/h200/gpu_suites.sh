@@ -20,6 +20,8 @@
 #   servebench  the serving steps of the bars (bf16, h32/8, d128, page 16): 64 decodes at 8k;
 #          60 decodes at 4k + 4 chunks of 512 at 8k, and each part alone; 8 prompts of 2048
 #   servesweep  the Triton paged kernel's autotuning space on the prefill-only bar step (8 x 2048)
+#   benchlist  each `ejkernel bench` command line of BENCHES (separated by ";"), BENCH_ONE_S each,
+#          records as bench_<i>.json
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -124,7 +126,17 @@ if [[ $stages == *" servesweep "* ]]; then
   timeout ${SWEEP_S:-400} python3 benchmarks/config_sweep.py ragged_page_attention_v2 --impl triton --candidates \
     --dtype bfloat16 --repeats ${REPEATS:-5} --json "$out/serving_prefill_sweep.json" -- --h 32 --hk 8 --d 128 \
     --page-size 16 --decodes 0 --chunks 8 --chunk 2048 --chunk-context 2048 > "$out/serving_sweep.txt" 2>&1
-  grep -E "│" "$out/serving_sweep.txt" | sort -t"│" -k4 -n | head -12
+  grep " ms " "$out/serving_sweep.txt" | sort -k9 -n | head -12
+fi
+if [[ $stages == *" benchlist "* ]]; then
+  IFS=';' read -ra benches <<< "${BENCHES:-}"
+  i=0
+  for b in "${benches[@]}"; do
+    i=$((i + 1))
+    echo "bench $i: ejkernel bench $b" > "$out/bench_$i.txt"
+    timeout ${BENCH_ONE_S:-120} python3 -m ejkernel bench $b --json "$out/bench_$i.json" >> "$out/bench_$i.txt" 2>&1
+    grep -E "│|Error" "$out/bench_$i.txt" | sed "s/^/bench $i: /"
+  done
 fi
 if [[ $stages == *" bench "* ]]; then
   timeout ${BENCH_S:-240} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} --impl triton \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import jax
@@ -29,6 +30,11 @@ class CudaGroupedMatmul(KernelImpl):
     device_requirement = "an NVIDIA Hopper GPU (sm_90)"
     dtypes = ("bfloat16", "float16")
     allowed_sizes: ClassVar[dict[str, SizeRule]] = {"k": _MULTIPLE_OF_8, "n": _MULTIPLE_OF_8}
+    # The CUTLASS epilogue has no per-column scale: scaled weights go to the Triton kernel.
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "rhs_scale": "weight scales are applied by the Triton and XLA implementations",
+        "rhs_scale_blocks": "weight scales are applied by the Triton and XLA implementations",
+    }
 
     def available(self, device: DeviceInfo) -> str | None:
         if device.compute_capability is None:

@@ -48,9 +48,9 @@ def _fine_mask(
 
 
 @triton.jit
-def _logits(q, k, sm_scale, softcap, HAS_SOFTCAP: tl.constexpr):
+def _logits(q, k, sm_scale, softcap, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """``[BLOCK_M, BLOCK_N]`` float32 logits of a tile, and ``tanh`` of the soft cap (for its derivative)."""
-    s = tl.dot(q, tl.trans(k)) * sm_scale
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
     t = s
     if HAS_SOFTCAP:
         t = _tanh(s / softcap)
@@ -65,7 +65,7 @@ def bsa_fwd_kernel(
     Out, Lse,
     H: tl.constexpr, G: tl.constexpr, SQP: tl.constexpr, SKP: tl.constexpr,
     DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0)
     bh = tl.program_id(1)
@@ -91,7 +91,7 @@ def bsa_fwd_kernel(
         offs_k = j * BLOCK_N + offs_n
         k = tl.load(K + (kv_bh * SKP + offs_k[:, None]) * DP + offs_d[None, :])  # [BLOCK_N, DP]
         v = tl.load(V + (kv_bh * SKP + offs_k[:, None]) * DVP + offs_dv[None, :])  # [BLOCK_N, DVP]
-        s, _ = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP)
+        s, _ = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP, DOT_PRECISION)
         if flags != 0:
             mask_idx = tl.load(KvMaskIdx + meta + t)
             keep = _fine_mask(
@@ -104,7 +104,7 @@ def bsa_fwd_kernel(
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     if HAS_SINKS:
         for n in range(0, num_sinks):
@@ -128,7 +128,7 @@ def bsa_bwd_dq_kernel(
     DQ,
     H: tl.constexpr, G: tl.constexpr, SQP: tl.constexpr, SKP: tl.constexpr,
     DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query tile over its key tiles: ``dS = P ∘ (dO Vᵀ - D)``, ``dQ = dS K · scale``."""
     i = tl.program_id(0)
@@ -158,7 +158,7 @@ def bsa_bwd_dq_kernel(
         offs_k = j * BLOCK_N + offs_n
         k = tl.load(K + (kv_bh * SKP + offs_k[:, None]) * DP + offs_d[None, :])
         v = tl.load(V + (kv_bh * SKP + offs_k[:, None]) * DVP + offs_dv[None, :])
-        s, tc = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP)
+        s, tc = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP, DOT_PRECISION)
         if flags != 0:
             mask_idx = tl.load(KvMaskIdx + meta + t)
             keep = _fine_mask(
@@ -167,12 +167,12 @@ def bsa_bwd_dq_kernel(
             )  # fmt: skip
             s = tl.where(keep, s, float("-inf"))
         p = tl.exp(s - lse[:, None])
-        dp = tl.dot(do, tl.trans(v))
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
         if HAS_SOFTCAP:
             ds = ds * (1.0 - tc * tc)
         ds = ds * sm_scale
-        dq += tl.dot(ds.to(k.dtype), k)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
     tl.store(DQ + rows[:, None] * DP + offs_d[None, :], dq.to(DQ.dtype.element_ty))
 
 
@@ -183,7 +183,7 @@ def bsa_bwd_dkdv_kernel(
     DK, DV,
     H: tl.constexpr, G: tl.constexpr, SQP: tl.constexpr, SKP: tl.constexpr,
     DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dK, dV of one key tile over the query tiles that visit it, for every query head of its
     group: ``dV = Σ Pᵀ dO``, ``dK = Σ dSᵀ Q · scale``."""
@@ -216,7 +216,7 @@ def bsa_bwd_dkdv_kernel(
             lse = tl.load(Lse + rows)
             lse = tl.where(lse == float("-inf"), float("inf"), lse)
             delta = tl.load(Delta + rows)
-            s, tc = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP)
+            s, tc = _logits(q, k, sm_scale, softcap, HAS_SOFTCAP, DOT_PRECISION)
             if flags != 0:
                 q_seg = offs_m
                 if HAS_SEG:
@@ -228,12 +228,12 @@ def bsa_bwd_dkdv_kernel(
                 )  # fmt: skip
                 s = tl.where(keep, s, float("-inf"))
             p = tl.exp(s - lse[:, None])  # [BLOCK_M, BLOCK_N]
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
-            dp = tl.dot(do, tl.trans(v))
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
             ds = p * (dp - delta[:, None])
             if HAS_SOFTCAP:
                 ds = ds * (1.0 - tc * tc)
             ds = ds * sm_scale
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
     tl.store(DK + cols[:, None] * DP + offs_d[None, :], dk.to(DK.dtype.element_ty))
     tl.store(DV + cols[:, None] * DVP + offs_dv[None, :], dv.to(DV.dtype.element_ty))

@@ -9,6 +9,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import triton
 
 from ejkernel.ops.native_sparse_attention import NativeSparseAttentionArgs, NativeSparseAttentionConfig
@@ -36,7 +37,7 @@ def _forward(spec: Spec, q, k, v, sel, pos, bos) -> jax.Array:
     g = hq // h
     (out,) = launch(
         nsa_selected_fwd_kernel,
-        q, k, v, sel, pos, bos, float(spec.scale), t,
+        q, k, v, sel, pos, bos, np.float32(spec.scale), t,
         out_shape=[jax.ShapeDtypeStruct((b, t, hq, dv), jnp.float32)],
         grid=(t, b * h),
         num_warps=spec.num_warps,
@@ -47,6 +48,8 @@ def _forward(spec: Spec, q, k, v, sel, pos, bos) -> jax.Array:
         BLOCK_K=spec.block_k,
         BLOCK_D=max(16, triton.next_power_of_2(d)),
         BLOCK_DV=max(16, triton.next_power_of_2(dv)),
+        # float32 inputs take three TF32 passes (plain TF32 loses float32's precision)
+        DOT_PRECISION="tf32x3" if q.dtype == jnp.float32 else "tf32",
     )  # fmt: skip
     return out
 

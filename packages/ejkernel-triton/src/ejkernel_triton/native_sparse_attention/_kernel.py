@@ -35,6 +35,7 @@ def nsa_selected_fwd_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     i_t = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -76,13 +77,13 @@ def nsa_selected_fwd_kernel(
                     other=0.0,
                 )
                 # [BLOCK_G, BLOCK_K]
-                b_s = tl.dot(b_q, tl.trans(b_k)) * scale
+                b_s = tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION) * scale
                 b_s = tl.where(m_k[None, :], b_s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(b_s, 1))
                 alpha = tl.exp(m_i - m_new)
                 b_p = tl.exp(b_s - m_new[:, None])
                 l_i = l_i * alpha + tl.sum(b_p, 1)
-                acc = acc * alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v)
+                acc = acc * alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=DOT_PRECISION)
                 m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     p_o = o_ptr + (row * (H * G) + i_h * G + o_g[:, None]) * DV + o_dv[None, :]

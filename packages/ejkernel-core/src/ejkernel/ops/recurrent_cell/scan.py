@@ -17,6 +17,9 @@ import jax.numpy as jnp
 from .op import RecurrentCellArgs
 
 F32 = jnp.float32
+# Float32 weights multiply in full float32: GPUs would otherwise round the operands to TF32 (16-bit
+# weights are unaffected).
+HIGHEST = jax.lax.Precision.HIGHEST
 
 __all__ = ["activation_fn", "input_projection", "recurrent_scan", "step"]
 
@@ -39,7 +42,7 @@ def input_projection(a: RecurrentCellArgs) -> jax.Array:
     d, s, b, i = xs.shape
     # A plain batched matmul over [seq * batch] rows: XLA's CPU runtime rejects some bfloat16
     # shapes of the four-axis einsum with a float32 result.
-    proj = jnp.einsum("dni,dig->dng", xs.reshape(d, s * b, i), a.w_ih, preferred_element_type=F32)
+    proj = jnp.einsum("dni,dig->dng", xs.reshape(d, s * b, i), a.w_ih, preferred_element_type=F32, precision=HIGHEST)
     proj = proj.reshape(d, s, b, a.w_ih.shape[-1])
     bias = jnp.zeros((a.num_dirs, a.w_ih.shape[-1]), F32)
     if a.b_ih is not None:
@@ -90,7 +93,7 @@ def recurrent_scan(a: RecurrentCellArgs, unroll: int = 1) -> Any:
 
     def body(carry: tuple[jax.Array, jax.Array], gx_t: jax.Array) -> Any:
         h, c = carry
-        gh = jnp.einsum("dbh,dhg->dbg", h.astype(w_hh.dtype), w_hh, preferred_element_type=F32)
+        gh = jnp.einsum("dbh,dhg->dbg", h.astype(w_hh.dtype), w_hh, preferred_element_type=F32, precision=HIGHEST)
         if hn_bias is not None:
             gh = gh + hn_bias[:, None, :]
         h, c = step(a.cell_type, act, gx_t, gh, h, c)
