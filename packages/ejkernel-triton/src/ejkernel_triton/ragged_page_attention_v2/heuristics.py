@@ -8,8 +8,9 @@
   each attending at least :data:`MIN_SPLIT_BLOCKS` key steps.
 - Prefill rows: tiles of ``BLOCK_Q`` query tokens, ``BLOCK_Q * groups`` rows near 128 (64 above
   head dim 128 or before Hopper).
-- Warps and stages: 4 warps (8 on Hopper when prefill rows dominate the step and tiles are 128
-  rows), 3 stages, fewer where shared memory runs out (``fit``).
+- Warps and stages: 4 warps, 3 stages, fewer stages where shared memory runs out (``fit``). On the
+  H200, 8 prompts of 2048 tokens (h32/8, d128, bf16) ran in 0.805 ms with 4 warps and 0.98-1.03 ms
+  with 8 (the whole autotuning space, ``STAGES=servesweep`` of ``benchmarks/h200/gpu_suites.sh``).
 """
 
 from __future__ import annotations
@@ -133,14 +134,12 @@ def heuristic(s: Shape, cc: tuple[int, int] | None) -> Tiles:
     hopper = cc is not None and cc >= (9, 0)
     rows = 128 if dmax <= 128 and hopper else 64
     block_q = max(1, rows // s.groups)
-    prefill_heavy = s.prefill and s.tokens >= 4 * s.max_seqs
-    warps = 8 if prefill_heavy and hopper and block_m(s, block_q) >= 128 else 4
     t = Tiles(
         block_n=block_n,
         block_q=block_q,
         decode_q=decode_q(s.groups),
         num_splits=heuristic_splits(s, block_n, cc),
-        num_warps=warps,
+        num_warps=4,
         num_stages=3,
     )
     return fit(s, t, cc)
