@@ -290,7 +290,7 @@ def default_executor() -> Executor:
 
 def _call_option_params(op_cls: type[Op]) -> list[inspect.Parameter]:
     kw = inspect.Parameter.KEYWORD_ONLY
-    platform_t = Literal["auto", "xla", "triton", "pallas", "cuda"] | str | None
+    platform_t = Literal["auto", "xla", "triton", "pallas", "cuda", "cudnn"] | str | None
     return [
         inspect.Parameter("platform", kw, default=None, annotation=platform_t),
         inspect.Parameter("cfg", kw, default=None, annotation=op_cls.config_cls | None),

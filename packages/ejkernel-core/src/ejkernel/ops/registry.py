@@ -85,6 +85,13 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
             "ejkernel_cuda",
         ),
         KnownBackend(
+            "cudnn",
+            "ejkernel-xla",
+            "pip install 'ejkernel-core[xla]'",
+            "an NVIDIA GPU (compute capability >= 8.0) and a CUDA jax, whose cuDNN it calls",
+            "ejkernel_xla.cudnn",
+        ),
+        KnownBackend(
             "pallas", "ejkernel-pallas", "pip install 'ejkernel-core[tpu]'", "a TPU (or Mosaic GPU)", "ejkernel_pallas"
         ),
     )
