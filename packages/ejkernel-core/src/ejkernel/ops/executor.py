@@ -193,7 +193,14 @@ class Executor:
         platform = _platform_name(options.platform) or (_platform_name(requested.platform) if requested else None)
         backend = requested.backend if requested is not None and requested.backend != "any" else None
         impl = self.registry.select(op.name, args, device, platform=platform, backend=backend, policy=policy)
-        res = self.chain.select(op, impl, args, device, explicit=options.cfg, policy=policy)
+        impls = [impl]
+        if policy.autotune and platform is None and backend is None and requested is None:
+            # Autotuning with nothing asked for: every accepting implementation is a candidate.
+            impls = self.registry.accepting(op.name, args, device, policy=policy)
+        if len(impls) > 1:
+            impl, res = self.chain.select_implementation(op, impls, args, device, policy=policy)
+        else:
+            res = self.chain.select(op, impl, args, device, explicit=options.cfg, policy=policy)
         record = Dispatch(
             op=op.name,
             impl=impl.name,

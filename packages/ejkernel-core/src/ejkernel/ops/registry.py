@@ -530,6 +530,22 @@ class KernelRegistry:
             raise UnsupportedError(op, ", ".join(reasons), "; ".join(reasons.values()))
         raise NoImplementationError(op, reasons)
 
+    def accepting(
+        self,
+        op: str,
+        args: Any,
+        device: DeviceInfo,
+        *,
+        platform: Platform | str | None = None,
+        backend: Backend | str | None = None,
+        policy: Policy | None = None,
+    ) -> list[KernelImpl]:
+        """Every implementation that accepts ``args`` on ``device`` (the filters as in
+        :meth:`select`), best priority first; empty if none does. What autotuning chooses among."""
+        policy = policy or current_policy()
+        impls = self._matching(_op(op), platform, backend, policy)
+        return [impl for impl in impls if self.check(impl, args, device, policy) is None]
+
     @staticmethod
     def environment(impl: KernelImpl, device: DeviceInfo, policy: Policy | None = None) -> str | None:
         """Why ``impl`` cannot run on ``device`` at all: the policy, the device kind, its
