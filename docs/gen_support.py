@@ -25,7 +25,7 @@ Run it alone to print the page: ``python docs/gen_support.py [--results FILE.xml
 The op × backend table at the top of the page is :func:`ejkernel.ops.support.support_table`, the
 same one the READMEs hold between ``<!-- support-table:start ... -->`` and
 ``<!-- support-table:end -->`` (the root and the core package's README: every op × every backend;
-each backend package's README: the ops it registers). ``python docs/gen_support.py
+each backend package's README: the ops each of its backends registers). ``python docs/gen_support.py
 --write-readmes`` rewrites those blocks in place; ``tests/framework/test_support_tables.py`` fails while
 one differs from what this generates.
 """
@@ -149,7 +149,10 @@ def readme_tables() -> dict[Path, str]:
     full = support.support_table(by_backend)
     out = {ROOT / "README.md": full, ROOT / "packages/ejkernel-core/README.md": full}
     for name, _, src in _repo_plugins():
-        out[src.parent / "README.md"] = support.backend_table(name, by_backend)
+        # A package may declare several backends (ejkernel-xla: xla and cudnn): its README lists each.
+        path = src.parent / "README.md"
+        table = support.backend_table(name, by_backend)
+        out[path] = f"{out[path]}\n{table}" if path in out else table
     return out
 
 

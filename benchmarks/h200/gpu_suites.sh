@@ -2,8 +2,11 @@
 # Every GPU test suite of the project on one H200, in stages (STAGES picks them, in this order),
 # for rechecking a change that touches the GPU backends; records to $OUT (or /tmp/out):
 #   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
-#   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, CUDA
-#          page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files)
+#   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, cuDNN,
+#          CUDA page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files)
+#   cudnn  the cuDNN backend alone: its GPU tests, its conformance and call modes, the default calls,
+#          then flash_attention's default call and cuDNN scaled_dot_product_attention against
+#          jax.nn's cuDNN on the dense attention table's shapes (bf16, causal both)
 #   gpu    the op folders' GPU tests (tests/ops/**/*gpu.py: TMA forwards, every head dim, realistic tiles, the
 #          ring on every GPU; GPU_TESTS picks files; not the autotune test: STAGES=tune)
 #   lse    the log-sum-exp protocol (ring attention's inner kernels)
@@ -80,10 +83,25 @@ fi
 if [[ $stages == *" conf "* ]]; then
   # CONF_TESTS picks a shard (the whole suite is ~480 items: more than one 600-s call at 14 workers).
   gpu_pytest ${CONF_S:-420} ${CONF_TESTS:-tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
-    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "triton or cuda" \
+    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "triton or cuda or cudnn" \
     -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
+fi
+if [[ $stages == *" cudnn "* ]]; then
+  gpu_pytest ${CUDNN_S:-300} tests/ops/attention/test_cudnn_gpu.py tests/ops/test_default_calls_gpu.py \
+    tests/ops/attention/test_conformance.py tests/ops/test_call_modes_gpu.py -k "cudnn or default" \
+    -n ${WORKERS:-14} --durations=5 -v > "$out/cudnn_tests.txt" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$out/cudnn_tests.txt" | tail -12
+  timeout ${CUDNN_BENCH_S:-300} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} \
+    --impl cudnn --impl default --shape 2,8192,16,128 --shape 4,4096,4096,32,8,128 --shape 8,2048,16,64 \
+    --shape 16,1024,16,128 --shape 1,16384,8,256 --causal both --json "$out/flash_attention_cudnn.json" \
+    > "$out/flash_attention_cudnn.txt" 2>&1
+  grep -E "│" "$out/flash_attention_cudnn.txt"
+  timeout ${CUDNN_BENCH_S:-300} python3 -m ejkernel bench scaled_dot_product_attention --dtype bfloat16 \
+    --repeats ${REPEATS:-5} --impl cudnn --impl default --shape 2,8192,16,128 --shape 8,2048,16,64 --causal both \
+    --json "$out/sdpa_cudnn.json" > "$out/sdpa_cudnn.txt" 2>&1
+  grep -E "│" "$out/sdpa_cudnn.txt"
 fi
 if [[ $stages == *" gpu "* ]]; then
   gpu_pytest ${GPU_S:-420} ${GPU_TESTS:-tests/ops/*gpu.py tests/ops/*/*gpu.py} -k "not autotune" -n ${WORKERS:-14} --durations=5 > "$out/gpu_tests.txt" 2>&1

@@ -102,6 +102,25 @@ def test_bench_varlen_and_impl_filter(tmp_path):
     assert rec["varlen"] == 3 and rec["fwdbwd_ms"] is None and rec["check"] == "ok"
 
 
+def test_bench_default_row_says_which_implementation_the_dispatch_chose(tmp_path, capsys):
+    """``--impl default``: the call that names no implementation, as users make it, with the
+    implementation it dispatched to (on a GPU, where several accept, it is added unasked)."""
+    out_json = tmp_path / "r.json"
+    code = main(
+        [
+            "bench", "flash_attention", "--shape", "1,24,24,2,2,16", "--fwd-only", "--repeats", "1",
+            "--impl", "xla", "--impl", "default", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert "default (xla)" in capsys.readouterr().out
+    records = {r["impl"]: r for r in json.loads(out_json.read_text())}
+    assert set(records) == {"xla", "default", "jax.nn[xla]"}
+    assert records["default"]["dispatch"] == "xla" and records["default"]["check"] == "ok"
+    assert records["default"]["peer"] == "jax.nn[xla]" and records["default"]["ratio_fwd_tflops"] > 0
+    assert "dispatch" not in records["xla"]
+
+
 def test_bench_page_attention_reports_bandwidth(tmp_path):
     out_json = tmp_path / "p.json"
     code = main(

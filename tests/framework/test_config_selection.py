@@ -17,6 +17,7 @@ import pytest
 from ejkernel.errors import ConfigResolutionError
 from ejkernel.modules import FlashAttention, FlashAttentionConfig, PageAttentionConfig
 from ejkernel.ops import (
+    Autotuner,
     BwdParams,
     ConfigCache,
     ConfigSelectorChain,
@@ -269,3 +270,109 @@ def test_forbid_reautotune(tunable_executor):
         chain.forbid_reautotune = False
         _, d = call(tunable_executor, *qkv(seq=43))
         assert d.tier is Tier.AUTOTUNE
+
+
+# -- autotuning across implementations ----------------------------------------------------------
+
+
+class Wasteful(KernelImpl):
+    """Nothing to tune; ``waste`` loop iterations of extra work make it slower, ``fail`` makes it
+    fail to run (as a kernel that does not compile)."""
+
+    waste = 0
+    fail = False
+
+    def heuristic_cfg(self, args, device):
+        return FlashAttentionConfig()
+
+    def run(self, args, cfg):
+        if self.fail:
+            raise RuntimeError(f"{self.name} cannot compile")
+        out = jnp.zeros(args.query.shape[:3] + args.value.shape[3:], args.query.dtype) + args.query[..., :1]
+        if self.waste:
+            m = jnp.eye(192, dtype=jnp.float32) * 0.5
+            waste = jax.lax.fori_loop(0, self.waste, lambda i, x: jnp.tanh(x @ m + 0.01), m)
+            out = out + waste[0, 0] * 0
+        return out
+
+
+def competing(persistent, *specs, tuner=None):
+    """An executor whose registry holds, for each ``(name, priority, waste, fail)``, a
+    :class:`Wasteful` implementation of ``flash_attention``."""
+    reg = KernelRegistry(None)
+    for name, priority, waste, fail in specs:
+        cls = type(name, (Wasteful,), {"waste": waste, "fail": fail})
+        reg.register("flash_attention", "xla", priority=priority, name=name)(cls)
+    return Executor(ConfigSelectorChain(cache=ConfigCache(), persistent=persistent, tuner=tuner), registry=reg)
+
+
+class NoTuning(Autotuner):
+    def tune(self, *args, **kwargs):
+        raise AssertionError("nothing should be timed: the choice is cached")
+
+
+def test_autotune_chooses_among_implementations_and_caches_the_winner(persistent):
+    ex = competing(persistent, ("slow", 10, 400, False), ("fast", 0, 0, False))
+    _, d = call(ex, *qkv(seq=44))
+    assert d.impl == "slow" and d.tier is Tier.HEURISTIC  # without autotuning: the priority order
+    with policy(autotune=True, autotune_repeats=3):
+        _, d = call(ex, *qkv(seq=44))
+        assert d.impl == "fast" and d.tier is Tier.AUTOTUNE
+        stored = persistent.get(d.key)
+        assert stored["impl"] == "fast" and set(stored["times_ms"]) == {"slow", "fast"}
+        assert stored["times_ms"]["fast"] < stored["times_ms"]["slow"]
+        assert "slow@1+fast@1" in d.key  # the candidates are part of the key
+        _, d2 = call(ex, *qkv(seq=44))
+        assert d2.impl == "fast" and d2.tier is Tier.MEMORY
+        # Another process's view: the choice comes from disk, nothing is timed.
+        fresh = Executor(
+            ConfigSelectorChain(cache=ConfigCache(), persistent=persistent, tuner=NoTuning()), registry=ex.registry
+        )
+        _, d3 = call(fresh, *qkv(seq=44))
+        assert d3.impl == "fast" and d3.tier is Tier.PERSISTENT
+        # Another shape is chosen on its own.
+        _, d4 = call(ex, *qkv(seq=45))
+        assert d4.impl == "fast" and d4.key != d.key
+
+
+def test_autotune_across_implementations_skips_one_that_fails(persistent, caplog):
+    ex = competing(persistent, ("broken", 20, 0, True), ("slow", 10, 400, False), ("fast", 0, 0, False))
+    with policy(autotune=True, autotune_repeats=2), caplog.at_level(logging.INFO, logger="ejkernel"):
+        _, d = call(ex, *qkv(seq=46))
+    assert d.impl == "fast"
+    assert persistent.get(d.key)["times_ms"]["broken"] is None
+    assert any("broken cannot compile" in r.message for r in caplog.records)
+
+
+class Recording(Autotuner):
+    def __init__(self):
+        super().__init__()
+        self.timed = []
+
+    def tune(self, op, impl, *args, **kwargs):
+        self.timed.append(impl.name)
+        return super().tune(op, impl, *args, **kwargs)
+
+
+def test_asking_for_an_implementation_skips_the_choice(persistent):
+    tuner = Recording()
+    ex = competing(persistent, ("slow", 10, 400, False), ("fast", 0, 0, False), tuner=tuner)
+    with policy(autotune=True, autotune_repeats=1):
+        _, d = call(ex, *qkv(seq=47), platform="slow")
+        assert d.impl == "slow"
+        _, d = call(ex, *qkv(seq=49), cfg=FlashAttentionConfig(platform="slow"))
+        assert d.impl == "slow"
+    assert set(tuner.timed) == {"slow"}  # its config was tuned; "fast" was never a candidate
+
+
+def test_autotune_across_implementations_under_jit(persistent):
+    ex = competing(persistent, ("slow", 10, 400, False), ("fast", 0, 0, False))
+
+    @jax.jit
+    def f(q, k, v):
+        return ex(FlashAttention(), q, k, v)
+
+    with policy(autotune=True, autotune_repeats=2), record_dispatches() as log:
+        out = f(*qkv(seq=48))
+    assert out.shape == (1, 48, 2, 16)
+    assert log[0].impl == "fast" and log[0].tier is Tier.AUTOTUNE

@@ -27,4 +27,5 @@ def test_flash_attention_eager_by_default(case):
 
     with record_dispatches() as log:
         C.check(lambda **kw: ejkernel.flash_attention(**kw), case, op="flash_attention", modes=("eager",))
-    assert {d.platform for d in log} == {"triton"}, log
+    # cuDNN accepts these calls and measured faster than Triton on every benchmarked shape.
+    assert {d.platform for d in log} == {"cudnn"}, log

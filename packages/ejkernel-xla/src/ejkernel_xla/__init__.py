@@ -5,6 +5,10 @@ priority 0, so any faster backend that accepts a call (priority > 0) wins over i
 folder here with the backend vocabulary: ``impl.py`` (what the implementation declares, its
 configs), ``heuristics.py`` (pure functions of the shapes) and its kernel files by role
 (``_kernel.py``); ``_tiles.py`` holds the tile-level pieces the attention kernels share.
+
+The package also ships the ``cudnn`` backend (:mod:`ejkernel_xla.cudnn`, its own entry point and
+platform name): dense attention through ``jax.nn.dot_product_attention(implementation="cudnn")``,
+which needs nothing beyond a CUDA jax.
 """
 
 from __future__ import annotations

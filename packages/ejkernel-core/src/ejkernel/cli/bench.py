@@ -35,7 +35,9 @@ def add_parser(sub: Any) -> None:
         p = ops.add_parser(name, help=f"benchmark {name}")
         desc.add_arguments(p)
         p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-        p.add_argument("--impl", action="append", help="only these implementations (repeatable)")
+        p.add_argument(
+            "--impl", action="append", help="only these implementations (repeatable; 'default': the call naming none)"
+        )
         p.add_argument("--no-peers", action="store_true", help="skip the peers")
         p.add_argument("--fwd-only", action="store_true", help="skip forward+backward timing")
         p.add_argument("--no-check", action="store_true", help="skip the comparison with the reference")
@@ -67,7 +69,7 @@ def run_command(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     op = args.op
     desc = op_class(op).get_bench()
-    known = [i.name for i in kernel_registry.implementations(op)]
+    known = [i.name for i in kernel_registry.implementations(op)] + [B.DEFAULT]
     unknown = [i for i in args.impl or () if i not in known]
     if unknown:
         parser.error(f"unknown --impl {', '.join(unknown)}: {op} has {', '.join(known) or 'no implementation'}")
@@ -137,7 +139,8 @@ def run_command(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in records:
         values = [fmt(r.get(c), 3 if c.endswith("ms") else 2) for c in cols]
-        table.add_row(escape(r["label"]), escape(r["impl"]), *values, escape(str(r.get("check", "-"))))
+        impl = f"{r['impl']} ({r['dispatch']})" if r.get("dispatch") else r["impl"]
+        table.add_row(escape(r["label"]), escape(impl), *values, escape(str(r.get("check", "-"))))
     console.print(table)
     for line in desc.summary(records, args):
         console.print(escape(line))

@@ -3,7 +3,8 @@
 An op describes its benchmark in its folder (``ejkernel/ops/<op>/bench.py``: ``BENCH``, an
 :class:`OpBench`): its command-line options, the cases they make (inputs, the cost model: FLOPs
 or bytes, the peers to time on the same inputs, the check against the reference). :func:`run`
-times every registered implementation that accepts each case, and the peers, with the one clock
+times every registered implementation that accepts each case, the call that names none (the
+``default`` record, where several accept: what users get), and the peers, with the one clock
 of the library (:func:`ejkernel.ops.timing.device_ms`), forward and, for trainable ops,
 forward+backward; ``ejkernel bench <op>`` is a thin command line over it.
 """
@@ -26,12 +27,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .device import device_for_arrays
-from .executor import bind
+from .executor import bind, record_dispatches
 from .op import get_op, op_class
 from .registry import kernel_registry
 from .timing import TIMER, device_ms
 
-__all__ = ["BenchCase", "OpBench", "Peer", "add_ratios", "run", "write_json"]
+__all__ = ["DEFAULT", "BenchCase", "OpBench", "Peer", "add_ratios", "run", "write_json"]
+
+#: The record name of the call that names no implementation (its ``dispatch`` says which ran).
+DEFAULT = "default"
 
 
 @dataclasses.dataclass
@@ -180,23 +184,31 @@ def run(
     trainable = op_cls.trainable and backward
     records: list[dict[str, Any]] = []
     for case in cases:
+        names = accepting(op, case, impls, report)
         candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[Any], Any] | None, Any]] = [
             (name, functools.partial(_call, function, name, case.options), case.arrays, None, case.feedback)
-            for name in accepting(op, case, impls, report)
+            for name in names
         ]
+        if (len(names) > 1 and not impls) or DEFAULT in (impls or ()):
+            # What a call that names no implementation gets (the dispatch, as users call the op).
+            call = functools.partial(_call, function, None, case.options)
+            candidates.append((DEFAULT, call, case.arrays, None, case.feedback))
         candidates += [(p.name, p.fn, p.arrays, p.to_op, None) for p in case.peers]
         for name, fn, arrays, to_op, feedback in candidates:
             report(f"{name}: {case.label}")
             try:
                 # What a user's first call waits for (tracing, config selection, XLA's compile),
                 # apart from the run.
-                compile_s, compiled = _compile(fn, arrays)
+                with record_dispatches() as dispatched:
+                    compile_s, compiled = _compile(fn, arrays)
                 out = jax.block_until_ready(compiled(*arrays))
             except Exception as e:
                 report(f"{name}: failed on {case.label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
                 continue
             rec = _record_base(op, name, device.device_kind, dtype)
             rec["compile_s"] = compile_s
+            if name == DEFAULT:
+                rec["dispatch"] = ",".join(dict.fromkeys(d.impl for d in dispatched if d.op == op))
             rec["label"] = case.label
             rec.update(case.fields)
             rec.update(case.extra)
@@ -253,7 +265,18 @@ def run(
     return records
 
 
-_NOT_SHAPE = {"impl", "check", "max_err", "time", "ms", "gbps", "fraction_of_peak", "compile_s", "compile_fwdbwd_s"}
+_NOT_SHAPE = {
+    "impl",
+    "dispatch",
+    "check",
+    "max_err",
+    "time",
+    "ms",
+    "gbps",
+    "fraction_of_peak",
+    "compile_s",
+    "compile_fwdbwd_s",
+}
 
 
 def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:

@@ -193,7 +193,14 @@ class Executor:
         platform = _platform_name(options.platform) or (_platform_name(requested.platform) if requested else None)
         backend = requested.backend if requested is not None and requested.backend != "any" else None
         impl = self.registry.select(op.name, args, device, platform=platform, backend=backend, policy=policy)
-        res = self.chain.select(op, impl, args, device, explicit=options.cfg, policy=policy)
+        impls = [impl]
+        if policy.autotune and platform is None and backend is None and requested is None:
+            # Autotuning with nothing asked for: every accepting implementation is a candidate.
+            impls = self.registry.accepting(op.name, args, device, policy=policy)
+        if len(impls) > 1:
+            impl, res = self.chain.select_implementation(op, impls, args, device, policy=policy)
+        else:
+            res = self.chain.select(op, impl, args, device, explicit=options.cfg, policy=policy)
         record = Dispatch(
             op=op.name,
             impl=impl.name,
@@ -290,7 +297,7 @@ def default_executor() -> Executor:
 
 def _call_option_params(op_cls: type[Op]) -> list[inspect.Parameter]:
     kw = inspect.Parameter.KEYWORD_ONLY
-    platform_t = Literal["auto", "xla", "triton", "pallas", "cuda"] | str | None
+    platform_t = Literal["auto", "xla", "triton", "pallas", "cuda", "cudnn"] | str | None
     return [
         inspect.Parameter("platform", kw, default=None, annotation=platform_t),
         inspect.Parameter("cfg", kw, default=None, annotation=op_cls.config_cls | None),

@@ -51,6 +51,7 @@ class Platform(enum.StrEnum):
     PALLAS = "pallas"
     CUDA = "cuda"
     XLA = "xla"
+    CUDNN = "cudnn"  # NVIDIA's fused attention library, through jax.nn.dot_product_attention
 
 
 class Backend(enum.StrEnum):

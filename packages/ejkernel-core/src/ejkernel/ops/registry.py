@@ -85,6 +85,13 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
             "ejkernel_cuda",
         ),
         KnownBackend(
+            "cudnn",
+            "ejkernel-xla",
+            "pip install 'ejkernel-core[xla]'",
+            "an NVIDIA GPU (compute capability >= 8.0) and a CUDA jax, whose cuDNN it calls",
+            "ejkernel_xla.cudnn",
+        ),
+        KnownBackend(
             "pallas", "ejkernel-pallas", "pip install 'ejkernel-core[tpu]'", "a TPU (or Mosaic GPU)", "ejkernel_pallas"
         ),
     )
@@ -522,6 +529,22 @@ class KernelRegistry:
         if explicit:
             raise UnsupportedError(op, ", ".join(reasons), "; ".join(reasons.values()))
         raise NoImplementationError(op, reasons)
+
+    def accepting(
+        self,
+        op: str,
+        args: Any,
+        device: DeviceInfo,
+        *,
+        platform: Platform | str | None = None,
+        backend: Backend | str | None = None,
+        policy: Policy | None = None,
+    ) -> list[KernelImpl]:
+        """Every implementation that accepts ``args`` on ``device`` (the filters as in
+        :meth:`select`), best priority first; empty if none does. What autotuning chooses among."""
+        policy = policy or current_policy()
+        impls = self._matching(_op(op), platform, backend, policy)
+        return [impl for impl in impls if self.check(impl, args, device, policy) is None]
 
     @staticmethod
     def environment(impl: KernelImpl, device: DeviceInfo, policy: Policy | None = None) -> str | None:

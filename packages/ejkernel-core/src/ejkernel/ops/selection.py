@@ -13,6 +13,12 @@ For a call that an implementation has accepted, :class:`ConfigSelectorChain` ret
 
 Configs from tiers 1 and 2 may be partial: ``None`` fields are filled from the heuristic. A
 cached config that no longer parses or validates is reported and skipped, never fatal.
+
+With autotuning on and no implementation asked for (no ``platform``, no config or overlay),
+the candidates span implementations too: :meth:`ConfigSelectorChain.select_implementation` times
+every implementation that accepts the call, each with its own resolved config, and caches the
+winner per shape and device like a config (memory, then disk). Without autotuning, the
+highest-priority implementation that accepts the call runs.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import contextvars
 import dataclasses
 import enum
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigResolutionError
@@ -266,6 +272,99 @@ class ConfigSelectorChain:
             log.warning("ejkernel: config cache miss for %s; using the heuristic %s", key, cfg.tuning_fields())
         self._event("heuristics", key=key, op=op.name, config=cfg)
         return Resolution(cfg, Tier.HEURISTIC, key)
+
+    def implementation_key(self, op: Any, impls: Sequence[Any], args: Any, device: DeviceInfo) -> str:
+        """The cache key of the choice among ``impls`` (their names and versions are in it: another
+        set of candidates, e.g. a backend installed since, is chosen among anew)."""
+        candidates = "+".join(f"{i.name}@{i.version}" for i in impls)
+        return cache_key(device.fingerprint, op.name, op.version, "*", candidates, op.describe(args))
+
+    def select_implementation(
+        self, op: Any, impls: Sequence[Any], args: Any, device: DeviceInfo, *, policy: Policy | None = None
+    ) -> tuple[Any, Resolution]:
+        """The fastest of the implementations ``impls`` (all accepting ``args``, best priority
+        first) and its config, when the policy autotunes.
+
+        Each implementation's config is resolved as :meth:`select` does (so it is autotuned and
+        cached on its own); then each runs with it on the same random inputs, timed as autotuning
+        times configs, and the fastest wins. The winner is cached per shape and device like a
+        config, in memory and on disk (the record's ``impl``; its ``times_ms`` holds every
+        candidate's time), so later calls and processes choose without timing. An implementation
+        that fails to run is skipped; if none runs, the first (highest priority) is used.
+        """
+        policy = self._policy(policy)
+        by_name = {i.name: i for i in impls}
+        key = self.implementation_key(op, impls, args, device)
+        rec = self.cache.get(key)
+        if rec is not None and rec.config.platform in by_name:
+            self._event("cache_hit", level="memory", key=key, op=op.name, config=rec.config)
+            return by_name[rec.config.platform], Resolution(rec.config, Tier.MEMORY, key)
+        if policy.persistent_cache and self.persistent is not None:
+            stored = self.persistent.get(key)
+            if stored is not None:
+                try:
+                    impl = by_name[stored["impl"]]
+                    cfg = self._stamp(self.persistent.decode(stored["config"], op.config_cls), impl)
+                    check_config(impl, cfg, args, device)
+                except Exception as e:
+                    log.warning("ejkernel: ignoring the cached implementation choice for %s: %s", key, e)
+                else:
+                    self.cache.put(key, cfg, source="persistent", time_ms=stored.get("time_ms"))
+                    self._event("cache_hit", level="persistent", key=key, op=op.name, config=cfg)
+                    return impl, Resolution(cfg, Tier.PERSISTENT, key)
+        if key in self._tuned and self.forbid_reautotune:
+            raise RuntimeError(
+                f"Re-autotune requested for {key}: this chain tuned it before (forbid_reautotune=True); "
+                "its result was cleared from the memory cache"
+            )
+        resolved = []
+        errors: dict[str, str] = {}
+        for impl in impls:
+            try:
+                resolved.append((impl, self.select(op, impl, args, device, policy=policy)))
+            except ConfigResolutionError as e:  # e.g. on_cache_miss="error": the others still compete
+                errors[impl.name] = str(e)
+                if impl is impls[-1] and not resolved:
+                    raise
+        self._event("autotune_start", key=key, op=op.name, candidates=len(resolved))
+        times: dict[str, float | None] = {}
+        mode = ""
+        for impl, res in resolved:
+            result = self.autotuner.tune(op, impl, args, device, [res.config], policy, label=op.describe(args))
+            mode = result.mode
+            times[impl.name] = result.best_ms
+            if result.best_ms is None:
+                errors[impl.name] = result.summary()
+        timed = [(times[impl.name], n, impl, res) for n, (impl, res) in enumerate(resolved) if times[impl.name]]
+        if not timed:
+            log.warning("ejkernel: no implementation of %s ran while tuning %s: %s", op.name, key, errors)
+            impl, res = resolved[0]
+            return impl, res
+        best_ms, _, impl, res = min(timed, key=lambda t: (t[0], t[1]))
+        self._event("autotune_finish", key=key, op=op.name, config=res.config)
+        log.info(
+            "ejkernel: chose %s for %s: %s",
+            impl.name,
+            key,
+            ", ".join(f"{n} {'failed' if t is None else f'{t:.3f} ms'}" for n, t in times.items()),
+        )
+        self._tuned.add(key)
+        self.cache.put(key, res.config, source="autotune", time_ms=best_ms)
+        if policy.persistent_cache and self.persistent is not None and self.persist_autotune:
+            self.persistent.put(
+                key,
+                {
+                    "op": op.name,
+                    "impl": impl.name,
+                    "device": device.fingerprint,
+                    "config_class": type(res.config).__name__,
+                    "config": self.persistent.encode(res.config),
+                    "time_ms": best_ms,
+                    "mode": mode,
+                    "times_ms": times,
+                },
+            )
+        return impl, Resolution(res.config, Tier.AUTOTUNE, key)
 
     def _autotune(
         self, op: Any, impl: Any, args: Any, device: DeviceInfo, policy: Policy, key: str, attempts: list[str]

@@ -141,6 +141,16 @@ FEATURES: dict[str, tuple[str, Any]] = {
     "gqa": ("fewer key/value heads than query heads", lambda a: a.num_heads != a.num_kv_heads),
     "cross": ("seq_q != seq_k", lambda a: a.seq_q != a.seq_k),
     "value_head_dim": ("value head dim differs from the query's", lambda a: a.value_head_dim != a.head_dim),
+    # Combinations whose meaning depends on the bottom-right alignment or on the right side of a
+    # window: a kernel whose masks are aligned top-left, or only reach left, declares them.
+    "aligned_cross": (
+        "causal or a sliding window with seq_q != seq_k (aligned bottom-right)",
+        lambda a: (a.causal or a.sliding_window is not None) and a.seq_q != a.seq_k,
+    ),
+    "window_right": (
+        "a sliding window reaching right of the diagonal (right > 0) without causal",
+        lambda a: a.sliding_window is not None and a.sliding_window[1] > 0 and not a.causal,
+    ),
 }
 
 

@@ -1,0 +1,3 @@
+from .impl import CudnnFlashAttention
+
+__all__ = ["CudnnFlashAttention"]

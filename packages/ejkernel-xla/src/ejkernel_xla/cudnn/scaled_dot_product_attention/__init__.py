@@ -1,0 +1,3 @@
+from .impl import CudnnScaledDotProductAttention
+
+__all__ = ["CudnnScaledDotProductAttention"]
