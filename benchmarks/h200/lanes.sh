@@ -11,7 +11,8 @@ if [[ ${BUILD:-0} == 1 ]]; then OUT=$out STAGES=build bash "$here/gpu_suites.sh"
 i=0
 for lane in "$@"; do
   mkdir -p "$out/lane$i"
-  (env CUDA_VISIBLE_DEVICES=$i OUT="$out/lane$i" bash -c "export $lane; bash $here/gpu_suites.sh" \
+  # LANE_S bounds a lane, so its records are packed before the caller's own time limit.
+  (env CUDA_VISIBLE_DEVICES=$i OUT="$out/lane$i" timeout ${LANE_S:-3600} bash -c "export $lane; bash $here/gpu_suites.sh" \
     > "$out/lane$i/suite.txt" 2>&1; tar -czf "$out/lane$i.tgz" -C "$out" "lane$i") &
   i=$((i + 1))
 done
