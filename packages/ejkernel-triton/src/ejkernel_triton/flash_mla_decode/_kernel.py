@@ -30,8 +30,8 @@ from ..flash_attention._kernel import LN2, LOG2E, load_tile
 def _attend_blocks(
     acc, l_i, m_i, q_lat, q_rope, pos, Cache, table, start, stop, ctx, qk_scale, offs_v, offs_r,
     PAGE_SIZE: tl.constexpr, LORA: tl.constexpr, LORA_PAD: tl.constexpr, ROPE: tl.constexpr,
-    ROPE_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    ROPE_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+    MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Fold key blocks ``[start, stop)`` (token offsets, multiples of ``BLOCK_N``) into the online
     softmax. ``MASKED``: tokens at or past ``ctx`` are not loaded and each row keeps only keys
@@ -40,11 +40,17 @@ def _attend_blocks(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_ctx = offs_n < ctx
-        if MASKED:
-            page = tl.load(table + offs_n // PAGE_SIZE, mask=in_ctx, other=0).to(tl.int64)
+        if TILE_IN_PAGE:
+            # The step lies in one page (it starts inside the context: its table entry is used),
+            # so its rows are one contiguous block: a scalar base, cheaper addresses.
+            page = tl.load(table + start_n // PAGE_SIZE).to(tl.int64)
+            row = Cache + (page * PAGE_SIZE + start_n % PAGE_SIZE) * HEAD_DIM + tl.arange(0, BLOCK_N) * HEAD_DIM
         else:
-            page = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
-        row = Cache + (page * PAGE_SIZE + offs_n % PAGE_SIZE) * HEAD_DIM  # [BLOCK_N] latent rows
+            if MASKED:
+                page_n = tl.load(table + offs_n // PAGE_SIZE, mask=in_ctx, other=0).to(tl.int64)
+            else:
+                page_n = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
+            row = Cache + (page_n * PAGE_SIZE + offs_n % PAGE_SIZE) * HEAD_DIM  # [BLOCK_N] latent rows
         lat = load_tile(  # [BLOCK_N, LORA_PAD]: the keys' latent lanes, and the values
             row[:, None] + offs_v[None, :], in_ctx, offs_v < LORA, MASKED, LORA != LORA_PAD
         )
@@ -119,11 +125,11 @@ def mla_decode_kernel(
     acc = tl.zeros([BLOCK_H, LORA_PAD], tl.float32)
     acc, l_i, m_i = _attend_blocks(
         acc, l_i, m_i, q_lat, q_rope, pos, Cache, table, lo, full_hi, ctx, qk_scale, offs_v, offs_r,
-        PAGE_SIZE, LORA, LORA_PAD, ROPE, ROPE_PAD, HEAD_DIM, BLOCK_N, False, DOT_PRECISION,
+        PAGE_SIZE, LORA, LORA_PAD, ROPE, ROPE_PAD, HEAD_DIM, BLOCK_N, PAGE_SIZE % BLOCK_N == 0, False, DOT_PRECISION,
     )  # fmt: skip
     acc, l_i, m_i = _attend_blocks(
         acc, l_i, m_i, q_lat, q_rope, pos, Cache, table, full_hi, hi, ctx, qk_scale, offs_v, offs_r,
-        PAGE_SIZE, LORA, LORA_PAD, ROPE, ROPE_PAD, HEAD_DIM, BLOCK_N, True, DOT_PRECISION,
+        PAGE_SIZE, LORA, LORA_PAD, ROPE, ROPE_PAD, HEAD_DIM, BLOCK_N, PAGE_SIZE % BLOCK_N == 0, True, DOT_PRECISION,
     )  # fmt: skip
 
     v_ok = offs_v < LORA

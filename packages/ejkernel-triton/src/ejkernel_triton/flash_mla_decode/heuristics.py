@@ -2,8 +2,9 @@
 
 - Query rows per program (``block_h``): all ``seq_q × heads`` rows of a sequence up to 64 (every
   latent tile then serves 64 rows: FlashMLA's tile), 16 at least (the smallest ``tl.dot``).
-- Key step (``block_n``): 64 latent rows for 16-bit inputs, 32 for float32 (three-pass products
-  keep two copies of each tile), fewer where shared memory runs out (``fit``).
+- Key step (``block_n``): 64 latent rows for 16-bit inputs, 32 (3 stages) when the accumulator
+  fills the registers (64 rows × 512 lanes) and for float32 (three-pass products keep two copies
+  of each tile), fewer where shared memory runs out (``fit``).
 - Warps: 8 when the float32 accumulator ``[block_h, kv_lora_rank]`` would take more than 128
   registers a thread with 4 (64 × 512 floats: 256 with 4 warps, 128 with 8), else 4.
 - Splits: the fewest that fill the GPU's resident-program slots at least :data:`FILL` full
@@ -133,12 +134,16 @@ def splits_for(s: Shape, t: Tiles, cc: tuple[int, int] | None) -> int:
 
 def heuristic(s: Shape, cc: tuple[int, int] | None) -> Tiles:
     block_h = min(64, _pow2(s.rows))
+    # A full accumulator leaves no registers for the addresses of 64-row latent tiles (ptxas for
+    # sm_90, 64 rows x 512 + 64 lanes, 8 warps: 140 B spilled a thread with 64-token steps and 2
+    # stages, 16 B with 32-token steps and 3): shorter steps, one more in flight.
+    full_acc = block_h * _pow2(s.lora) >= ACC_PER_THREAD * 8 * 32
     t = Tiles(
         block_h=block_h,
-        block_n=64 if s.itemsize <= 2 else 32,
+        block_n=32 if full_acc or s.itemsize == 4 else 64,
         num_splits=1,
         num_warps=warps_for(s, block_h),
-        num_stages=2,
+        num_stages=3 if full_acc else 2,
     )
     t = fit(s, t, cc)
     t = dataclasses.replace(t, num_warps=warps_for(s, t.block_h))

@@ -21,10 +21,12 @@ def flash_mla_decode(args: FlashMLADecodeArgs, tokens_per_step: int) -> Any:
     b, sq, h, d = args.query.shape
     r, page_size = args.kv_lora_rank, args.page_size
     lens = args.context_lens
-    # Row g of sequence b is query token g // h of head g % h; its keys end at its position.
-    tok = jnp.arange(sq * h, dtype=jnp.int32) // h
-    hi = lens[:, None] - sq + 1 + tok[None, :] if args.causal else jnp.broadcast_to(lens[:, None], (b, sq * h))
-    hi = jnp.maximum(hi, 0)
+    if args.causal and sq > 1:
+        # Row g of sequence b is query token g // h of head g % h; its keys end at its position.
+        tok = jnp.arange(sq * h, dtype=jnp.int32) // h
+        hi = jnp.maximum(lens[:, None] - sq + 1 + tok[None, :], 0)
+    else:  # every row of a sequence attends its whole context: one range per sequence
+        hi = lens
 
     def read_pages(pages: jax.Array) -> tuple[jax.Array, jax.Array]:
         rows = gather_pages(args.latent_cache, pages)[:, :, None, :]  # [b, n * page_size, 1, d]
