@@ -111,3 +111,25 @@ def test_the_split_count_is_refused_by_xla():
 def test_inference_only():
     """Decode has no gradient: the op says so (not trainable), as the other serving ops do."""
     assert not ejkernel.modules.FlashMLADecode.trainable
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulated) devices; see tests/conftest.py")
+def test_sharded_over_batch_and_heads_with_the_cache_replicated():
+    """``mesh=``: batch over one axis (query, context_lens, block_tables), heads over the other,
+    the page pool replicated; the default out_specs shard the output and the lse alike."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("dp", "tp"))
+    kw = MLADecodeCase("s", context_lens=(7, 0, 40, 17), sq=2, h=8, return_lse=True).inputs(0)
+    specs = (P("dp", None, "tp", None), P(), P("dp"), P("dp", None))
+    out, lse = ejkernel.flash_mla_decode(**kw, platform="xla", mesh=mesh, in_specs=specs)
+    want_out, want_lse = ejkernel.flash_mla_decode(**kw, platform="xla")
+    assert out.sharding.spec == P("dp", None, "tp", None) and lse.sharding.spec == P("dp", None, "tp")
+    np.testing.assert_allclose(out, want_out, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(want_lse))
+    two = ejkernel.flash_mla_decode(**kw, platform="xla", mesh=mesh, in_specs=specs[:2])  # the rest follow
+    np.testing.assert_array_equal(np.asarray(two[0]), np.asarray(out))
+    with pytest.raises(ValueError, match="page_size axis of latent_cache cannot be sharded"):
+        ejkernel.flash_mla_decode(**kw, platform="xla", mesh=mesh, in_specs=(specs[0], P(None, "tp", None)))

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from ..args import Args, array, flag, shape_str, static, static_float, static_int
+from ..args import Args, ShardPlan, array, flag, shape_str, static, static_float, static_int
 from ..checks import ValueRule
 from ..config import OpConfig, tile
 from ..families.serving import paged_autotune_indices, paged_decode_rules
@@ -115,6 +115,10 @@ class FlashMLADecode(Op):
         if scale is None:
             scale = d**-0.5 if d else 1.0
         return FlashMLADecodeArgs.build(op, p, kv_lora_rank=rank, softmax_scale=scale)
+
+    def shard_plan(self, a: FlashMLADecodeArgs, in_specs: Any, mesh: Any) -> ShardPlan:
+        # The specs of query and latent_cache are needed; context_lens and block_tables follow the batch.
+        return a.shard_plan(self.name, in_specs, mesh, self.positional_arrays(), required=2)
 
     def value_rules(self, a: FlashMLADecodeArgs) -> list[ValueRule]:
         return paged_decode_rules(
