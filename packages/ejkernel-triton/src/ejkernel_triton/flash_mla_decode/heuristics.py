@@ -151,17 +151,17 @@ def heuristic(s: Shape, cc: tuple[int, int] | None) -> Tiles:
 
 
 def candidates(s: Shape, cc: tuple[int, int] | None) -> list[Tiles]:
-    """The autotuning space: key steps, row blocks, warps and stages that fit, each with its
-    split count, and the heuristic's tiles at other split counts."""
+    """The autotuning space: key steps, the heuristic's row block and half of it, warps and stages
+    that fit, each with its split count, and the heuristic's tiles at other split counts."""
     base = heuristic(s, cc)
     out = {base}
     limit = _profile(cc).shared_memory_per_block
-    for block_h in (16, 32, 64):
-        if block_h > max(16, _pow2(s.rows)):
-            continue
+    for block_h in sorted({base.block_h, max(16, base.block_h // 2)}):
         for block_n in (16, 32, 64):
             for warps in (4, 8):
-                for stages in (1, 2, 3):
+                if block_h * _pow2(s.lora) > 2 * ACC_PER_THREAD * warps * 32:
+                    continue  # an accumulator of more than 256 floats a thread: spilled
+                for stages in (1, 2, 3, 4):
                     t = Tiles(block_h, block_n, 1, warps, stages)
                     if smem(s, t, cc) <= limit:
                         out.add(dataclasses.replace(t, num_splits=splits_for(s, t, cc)))
