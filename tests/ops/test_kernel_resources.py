@@ -179,6 +179,18 @@ def _native_sparse_attention(dt):
         yield dict(query=q, key=kv, value=kv, block_indices=S((1, 4096, 1, 16), jnp.int32), block_counts=16)
 
 
+def _flash_mla_decode(dt):
+    """DeepSeek-V3 (512 + 64, 128 heads: one and two query tokens), V2-Lite's 16 heads, and a
+    small latent with no rope lanes."""
+    for b, sq, h, r, dr, context in ((64, 1, 128, 512, 64, 8192), (32, 2, 128, 512, 64, 4096),
+                                     (32, 1, 16, 512, 64, 4096), (8, 1, 32, 256, 0, 2048)):  # fmt: skip
+        pages = context // 64
+        yield dict(
+            query=S((b, sq, h, r + dr), dt), latent_cache=S((b * pages, 64, r + dr), dt),
+            context_lens=S((b,), I32), block_tables=S((b, pages), I32), kv_lora_rank=r,
+        )  # fmt: skip
+
+
 SHAPES = {
     "native_sparse_attention": _native_sparse_attention,
     "flash_attention": _attention,
@@ -199,6 +211,7 @@ SHAPES = {
     "unified_attention": _unified_attention,
     "prefill_page_attention": _prefill_page_attention,
     "blocksparse_attention": _blocksparse_attention,
+    "flash_mla_decode": _flash_mla_decode,
 }
 GPU_PLATFORMS = (Platform.TRITON, Platform.CUDA)
 
@@ -533,6 +546,33 @@ def _paged_cases():
 def test_paged_attention_declared_shared_memory_bounds_the_compiled_kernels(op, kw, cfg):
     """The paged kernel (both ops): bf16 and float32 (three-pass products), long key steps with
     4 stages, head dim 256 with 8-head groups, either cache layout."""
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)
+
+
+def _flash_mla_decode_cases():
+    from ejkernel.ops.flash_mla_decode import FlashMLADecodeConfig
+
+    def kw(b, h, r, dr, dtype=jnp.bfloat16, sq=1, context=512):
+        pages = context // 64
+        return dict(
+            query=jnp.zeros((b, sq, h, r + dr), dtype), latent_cache=jnp.zeros((b * pages, 64, r + dr), dtype),
+            context_lens=jnp.zeros((b,), jnp.int32), block_tables=jnp.zeros((b, pages), jnp.int32), kv_lora_rank=r,
+        )  # fmt: skip
+
+    op = "flash_mla_decode"
+    return [
+        (op, kw(64, 128, 512, 64), None),  # DeepSeek-V3: 64 rows, 64-token steps, 2 stages (221184 B on sm_90)
+        (op, kw(4, 128, 512, 64), FlashMLADecodeConfig(block_n=32, num_stages=3)),
+        (op, kw(4, 16, 64, 64, jnp.float32), None),  # the widest float32 latent declared
+        (op, kw(4, 32, 256, 0, sq=2), FlashMLADecodeConfig(block_h=32, num_splits=4)),
+    ]
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_flash_mla_decode_cases(), "mla"))
+def test_flash_mla_decode_declared_shared_memory_bounds_the_compiled_kernel(op, kw, cfg):
+    """DeepSeek widths (the resident 64-row query tile beside the latent tiles), float32 (three-pass
+    products), no rope lanes with two query tokens and several splits."""
     _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)
 
 

@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from .._conformance import conformance_tests
 
-OPS = ["flash_mla", "deepseek_attn"]
+OPS = ["flash_mla", "flash_mla_decode", "deepseek_attn"]
 
 test_conformance, test_conformance_full = conformance_tests(OPS)

@@ -45,6 +45,7 @@ OPS = (
     "blocksparse_attention",
     "native_sparse_attention",
     "recurrent_cell",
+    "flash_mla_decode",
 )
 
 
@@ -56,6 +57,7 @@ def register(registry: Any) -> None:
 
     from .blocksparse_attention import TritonBlockSparseAttention
     from .flash_attention import TritonFlashAttention
+    from .flash_mla_decode import TritonFlashMLADecode
     from .gated_delta_rule import TritonGatedDeltaRule
     from .gla_attention import TritonGLAttention
     from .grouped_matmul import TritonGroupedMatmul
@@ -93,5 +95,6 @@ def register(registry: Any) -> None:
         "prefill_page_attention": TritonPrefillPageAttention,
         "blocksparse_attention": TritonBlockSparseAttention,
         "recurrent_cell": TritonRecurrentCell,
+        "flash_mla_decode": TritonFlashMLADecode,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

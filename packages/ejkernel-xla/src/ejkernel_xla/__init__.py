@@ -44,6 +44,7 @@ OPS = (
     "state_space_v2",
     "blocksparse_attention",
     "flash_mla",
+    "flash_mla_decode",
     "deepseek_attn",
     "native_sparse_attention",
     "recurrent_cell",
@@ -61,6 +62,7 @@ def register(registry: Any) -> None:
     from .deepseek_attn import XlaDeepSeekAttn
     from .flash_attention import XlaFlashAttention
     from .flash_mla import XlaFlashMLA
+    from .flash_mla_decode import XlaFlashMLADecode
     from .gated_delta_rule import XlaGatedDeltaRule
     from .gla_attention import XlaGLAttention
     from .grouped_matmul import XlaGroupedMatmul
@@ -102,6 +104,7 @@ def register(registry: Any) -> None:
         "state_space_v2": XlaStateSpaceV2,
         "blocksparse_attention": XlaBlockSparseAttention,
         "flash_mla": XlaFlashMLA,
+        "flash_mla_decode": XlaFlashMLADecode,
         "deepseek_attn": XlaDeepSeekAttn,
         "native_sparse_attention": XlaNativeSparseAttention,
         "recurrent_cell": XlaRecurrentCell,

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
             continue
         p = ops.add_parser(name, help=f"benchmark {name}")
         desc.add_arguments(p)
-        p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+        p.add_argument("--dtype", default=desc.default_dtype, choices=("float32", "bfloat16", "float16"))
         p.add_argument(
             "--impl", action="append", help="only these implementations (repeatable; 'default': the call naming none)"
         )

@@ -83,9 +83,11 @@ class OpBench:
     ``metric`` is ``"tflops"`` (compute-bound: forward FLOPs, forward+backward counted as
     ``backward_factor + 1`` times that) or ``"gbps"`` (memory-bound: bytes per call). ``peer``
     names the peer the ratios are taken against (its name, or a callable of the device platform).
+    ``default_dtype`` is ``--dtype``'s default (an op whose benchmark shape is a 16-bit model's).
     """
 
     metric: str = "tflops"
+    default_dtype: str = "float32"
     backward_factor: float = 2.5
     peer: str | Callable[[str], str] | None = None
 

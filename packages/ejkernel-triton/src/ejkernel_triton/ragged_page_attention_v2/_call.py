@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ejkernel.ops.families.serving import SoftmaxState, finish, merge_sinks
+from ejkernel.ops.families.serving import finish, merge_sinks, merge_splits
 
 from .._launch import launch
 from ._kernel import paged_attention_kernel
@@ -159,13 +159,11 @@ def combine(
     m, _, hk, _ = pm.shape
     rows = decode_q * groups
     shape = (m, -1, hk, decode_q, groups)
-    # [seqs, decode_q, hkv, groups(, dv), splits]: the split axis last, reduced like a row.
+    # [seqs, decode_q, hkv, groups, splits(, dv)]: the split axis after the rows, reduced like a row.
     pm = pm[..., :rows].reshape(shape).transpose(0, 3, 2, 4, 1)
     pl = pl[..., :rows].reshape(shape).transpose(0, 3, 2, 4, 1)
-    pacc = pacc[..., :rows, :dv].reshape(*shape, dv).transpose(0, 3, 2, 4, 5, 1)
-    m_all = pm.max(axis=-1)
-    w = jnp.exp(pm - jnp.where(m_all == -jnp.inf, 0.0, m_all)[..., None])
-    state = SoftmaxState(m_all, (pl * w).sum(axis=-1), (pacc * w[..., None, :]).sum(axis=-1))
+    pacc = pacc[..., :rows, :dv].reshape(*shape, dv).transpose(0, 3, 2, 4, 1, 5)
+    state = merge_splits(pm, pl, pacc)
     if sinks is not None:
         state = merge_sinks(state, sinks.reshape(1, 1, hk, groups, -1))
     vals = finish(state).reshape(m * decode_q, h, dv).astype(out.dtype)

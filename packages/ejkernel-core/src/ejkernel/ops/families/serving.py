@@ -20,7 +20,10 @@ bindings:
   mask (every logit at once, in the reference's dtype and precision);
 - :class:`SoftmaxState`, :func:`masked_logits`, :func:`merge_block`, :func:`merge_sinks`,
   :func:`finish`: the online softmax over blocks of keys, so a kernel holds one block of logits
-  at a time instead of the whole context. Rows that see no key finish as exact zeros.
+  at a time instead of the whole context. Rows that see no key finish as exact zeros;
+  :func:`merge_splits`: the partial states of split-K decode kernels merged into one;
+- :func:`paged_decode_rules`, :func:`paged_autotune_indices`: the index checks and autotuning
+  stand-ins of one decode row per sequence over a paged cache (``context_lens``, ``block_tables``).
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ __all__ = [
     "masked_logits",
     "merge_block",
     "merge_sinks",
+    "merge_splits",
     "num_seqs_scalar",
     "packed_batch_case",
+    "paged_autotune_indices",
+    "paged_decode_rules",
     "paged_scan",
     "ragged_autotune_indices",
     "ragged_index_rules",
@@ -126,7 +132,7 @@ def masked_attention_reference(
     if sinks is not None:
         s = jnp.broadcast_to(sinks.astype(dtype)[:, None, :], (*logits.shape[:-1], sinks.shape[-1]))
         logits = jnp.concatenate([logits, s], axis=-1)
-    m = jnp.max(logits, axis=-1, keepdims=True)
+    m = jnp.max(logits, axis=-1, keepdims=True, initial=-jnp.inf)  # no key at all: an empty context
     e = jnp.exp(logits - jnp.where(jnp.isfinite(m), m, 0))
     denom = e.sum(axis=-1, keepdims=True)
     p = (e / jnp.where(denom > 0, denom, 1))[..., :n]
@@ -182,6 +188,15 @@ def merge_sinks(state: SoftmaxState, sinks: Any) -> SoftmaxState:
 def finish(state: SoftmaxState) -> jax.Array:
     """The normalized output (float32); rows that attended nothing are exactly zero."""
     return state.acc / jnp.where(state.l > 0, state.l, 1.0)[..., None]
+
+
+def merge_splits(m: Any, l: Any, acc: Any) -> SoftmaxState:  # noqa: E741 - the softmax denominator
+    """One state from the partial states of disjoint key ranges (split-K decode): ``m`` and ``l``
+    ``[*rows, splits]``, ``acc`` ``[*rows, splits, value_dim]``; a split that saw no key has
+    ``m = -inf`` and weighs nothing."""
+    m_all = m.max(axis=-1)
+    w = jnp.exp(m - jnp.where(m_all == -jnp.inf, 0.0, m_all)[..., None])
+    return SoftmaxState(m_all, (l * w).sum(axis=-1), (acc * w[..., None]).sum(axis=-2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +312,43 @@ def ragged_autotune_indices(
     )
 
 
+def paged_decode_rules(*, capacity: int, page_size: int, num_pages: int, unit: str = "block") -> list[ValueRule]:
+    """The index checks of one decode row per sequence over a paged cache: ``context_lens`` in
+    ``[0, capacity]`` (``capacity = max_pages * page_size``) and every ``block_tables`` entry a
+    sequence uses (its first ``ceil(context_lens / page_size)``) in ``[0, num_pages)``. ``unit``:
+    what the op calls a page in its axis names (``"block"``: ``max_blocks``, ``block_size``)."""
+
+    def bad_table(xp: Any, tables: Any, lens: Any) -> Any:
+        used = xp.arange(tables.shape[1])[None, :] < -(-lens[:, None] // page_size)
+        return used & ((tables < 0) | (tables >= num_pages))
+
+    return [
+        ValueRule(
+            ("context_lens",),
+            f"must be in [0, max_{unit}s * {unit}_size = {capacity}]",
+            lambda xp, lens: (lens < 0) | (lens > capacity),
+        ),
+        ValueRule(
+            ("block_tables", "context_lens"),
+            f"must index the cache's {num_pages} {unit}s (in [0, {num_pages})) for every page a sequence uses",
+            bad_table,
+        ),
+    ]
+
+
+def paged_autotune_indices(lens: Any, tables: Any, *, capacity: int, num_pages: int, seed: int = 0) -> tuple[Any, Any]:
+    """Concrete ``(context_lens, block_tables)`` to autotune a paged decode on: the call's own when
+    concrete; traced ones become every sequence at full length (the worst case) and pages in
+    random order."""
+    rng = np.random.default_rng(seed)
+    c_lens, c_tables = concrete(lens), concrete(tables)
+    if c_lens is None:
+        c_lens = np.full(lens.shape, capacity, np.int32)
+    if c_tables is None:
+        c_tables = (rng.permutation(int(np.prod(tables.shape))) % num_pages).reshape(tables.shape)
+    return jnp.asarray(c_lens, jnp.int32), jnp.asarray(c_tables, jnp.int32)
+
+
 class PackedBatch(NamedTuple):
     """The index arrays of a test batch (numpy): see :func:`packed_batch_case`."""
 
@@ -380,7 +432,8 @@ def paged_scan(
     """Attention of packed rows ``q [tokens, hk, g, d]`` over their sequences' pages with an
     online softmax, ``pages_per_step`` pages per step, so temporary memory is one block of pages
     per row (never ``[tokens, context]`` logits). Row ``t`` attends keys ``[lo[t], hi[t])`` of
-    sequence ``seq[t]``, whose pages are ``tables[seq[t]]``; the scan covers only the steps some
+    sequence ``seq[t]``, whose pages are ``tables[seq[t]]`` (``lo``/``hi`` ``[tokens, g]``: a range
+    per query head of the row, e.g. several query tokens of one sequence as its heads); the scan covers only the steps some
     row's range reaches. ``read_pages(pages [tokens, n])`` returns the keys ``[tokens, n *
     page_size, hk, d]`` and values ``[..., hk, value_dim]`` of those pages in ``q``'s dtype (read
     in place from the caller's cache). ``bias(key_pos [tokens, block])`` adds ``[tokens, hk, g,
@@ -394,16 +447,18 @@ def paged_scan(
     attends = hi > lo
     s_hi = (jnp.max(jnp.where(attends, hi, 0)) + chunk - 1) // chunk
     s_lo = jnp.minimum(jnp.min(jnp.where(attends, lo, steps_total * chunk)) // chunk, s_hi)
+    # [tokens, 1] (one range per row) or [tokens, g] (one per query head of the row).
+    lo_g, hi_g = (x if x.ndim == 2 else x[:, None] for x in (lo, hi))
 
     def step(s: Any, state: SoftmaxState) -> SoftmaxState:
         k_t, v_t = read_pages(lax.dynamic_slice_in_dim(tables, s * pps, pps, 1)[seq])  # [tokens, chunk, hk, *]
         pos = s * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        valid = (pos[None, :] >= lo[:, None]) & (pos[None, :] < hi[:, None])  # [tokens, chunk]
-        v_t = jnp.where(valid[:, :, None, None], v_t, 0)
+        valid = (pos >= lo_g[..., None]) & (pos < hi_g[..., None])  # [tokens, 1 or g, chunk]
+        v_t = jnp.where(valid.any(axis=1)[:, :, None, None], v_t, 0)
         logits = jnp.einsum("thgd,tchd->thgc", q, k_t, precision=precision, preferred_element_type=F32)
-        logits = masked_logits(logits, valid[:, None, None, :], scale, soft_cap)
+        logits = masked_logits(logits, valid[:, None], scale, soft_cap)
         if bias is not None:
-            logits = logits + bias(jnp.broadcast_to(pos, valid.shape))
+            logits = logits + bias(jnp.broadcast_to(pos, (q.shape[0], chunk)))
 
         def pv(p: Any) -> Any:
             return jnp.einsum(

@@ -59,8 +59,9 @@ def flash_mla(
     step is ``seq_q = 1`` (or a few tokens) against the whole latent cache: ``causal`` and
     ``sliding_window`` align the queries with the last keys. The non-absorbed form (prefill on
     keys and values materialized per head, ``K = [c @ w_kc | k_rope]``, ``V = c @ w_vc``) is
-    :func:`ejkernel.flash_attention` on those arrays. (A paged latent cache is not an input of
-    this op: gather the pages into ``key_value`` first.)
+    :func:`ejkernel.flash_attention` on those arrays. Decode over a paged latent cache (serving:
+    the queries already absorbed, the latent output returned for the caller's ``w_vc``) is
+    :func:`ejkernel.flash_mla_decode`.
 
     Differentiable in ``query``, ``key_value``, ``w_kc``, ``w_vc``, ``b_q``, ``b_k``, ``bias``
     and ``softmax_aux``; the XLA implementation's backward is blockwise (FlashAttention-2) in

@@ -2,8 +2,9 @@
 
 Decode (``--sq 1``, the default) is memory-bound: bytes = the latent rows read once for all
 heads (``kv_lora_rank + rope``), the queries and projections read, the output written, reported
-as GB/s next to ``peak_gbps``, a device-to-device copy measured in the same run (the issue's bar:
-batch 64, 128 heads, 8k context, 512 + 64, ≥ 80 % of it). Peer: the non-absorbed form in plain
+as GB/s next to ``peak_gbps``, a device-to-device copy measured in the same run. (Serving decode
+over a paged latent cache, DeepSeek-V3's batch 64 × 128 heads × 8k, is ``ejkernel bench
+flash_mla_decode``.) Peer: the non-absorbed form in plain
 JAX, ``jax.nn.dot_product_attention`` on keys and values materialized per head (``"cudnn"`` on
 GPU and ``"xla"``), the projections included in its time.
 """

@@ -7,13 +7,11 @@ import math
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
-import numpy as np
 
 from ..args import (
     Args,
     ShardPlan,
     array,
-    concrete,
     positive_float,
     shape_str,
     static,
@@ -24,7 +22,7 @@ from ..args import (
 )
 from ..checks import ValueRule
 from ..config import OpConfig, tile
-from ..families.serving import FEATURES
+from ..families.serving import FEATURES, paged_autotune_indices, paged_decode_rules
 from ..op import Op
 
 __all__ = [
@@ -230,37 +228,13 @@ class PageAttention(Op):
         )
 
     def value_rules(self, a: PageAttentionArgs) -> list[ValueRule]:
-        def bad_table(xp: Any, tables: Any, lens: Any) -> Any:
-            used = xp.arange(tables.shape[1])[None, :] < -(-lens[:, None] // a.block_size)
-            return used & ((tables < 0) | (tables >= a.num_blocks))
-
-        capacity = a.max_blocks * a.block_size
-        return [
-            ValueRule(
-                ("context_lens",),
-                f"must be in [0, max_blocks * block_size = {capacity}]",
-                lambda xp, lens: (lens < 0) | (lens > capacity),
-            ),
-            ValueRule(
-                ("block_tables", "context_lens"),
-                f"must index the cache's {a.num_blocks} blocks (in [0, {a.num_blocks})) for every page a sequence uses",
-                bad_table,
-            ),
-        ]
+        return paged_decode_rules(capacity=a.max_blocks * a.block_size, page_size=a.block_size, num_pages=a.num_blocks)
 
     def autotune_inputs(self, a: PageAttentionArgs, seed: int = 0) -> PageAttentionArgs:
-        rng = np.random.default_rng(seed)
-        lens = concrete(a.context_lens)
-        tables = concrete(a.block_tables)
-        if lens is None:  # traced: time the worst case, every sequence at full length
-            lens = np.full((a.batch,), a.max_blocks * a.block_size, np.int32)
-        if tables is None:
-            tables = (rng.permutation(a.batch * a.max_blocks) % a.num_blocks).reshape(a.batch, a.max_blocks)
-        return dataclasses.replace(
-            a.random_like(seed),
-            context_lens=jnp.asarray(lens, jnp.int32),
-            block_tables=jnp.asarray(tables, jnp.int32),
+        lens, tables = paged_autotune_indices(
+            a.context_lens, a.block_tables, capacity=a.max_blocks * a.block_size, num_pages=a.num_blocks, seed=seed
         )
+        return dataclasses.replace(a.random_like(seed), context_lens=lens, block_tables=tables)
 
     def _query_axes(self, a: PageAttentionArgs) -> tuple[str | None, ...]:
         return ("batch", None, "num_heads", "head_dim") if a.query_had_seq_axis else ("batch", "num_heads", "head_dim")

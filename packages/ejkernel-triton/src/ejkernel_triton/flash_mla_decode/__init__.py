@@ -1,0 +1,3 @@
+from .impl import TritonFlashMLADecode
+
+__all__ = ["TritonFlashMLADecode"]

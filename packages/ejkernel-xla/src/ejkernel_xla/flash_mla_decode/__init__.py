@@ -1,0 +1,3 @@
+from .impl import XlaFlashMLADecode
+
+__all__ = ["XlaFlashMLADecode"]
