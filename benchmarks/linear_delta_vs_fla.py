@@ -1,5 +1,5 @@
-"""The linear-attention and delta-rule ops against fla-core (PyTorch + Triton) on the same inputs,
-forward and forward+backward, on one GPU.
+"""The linear-attention, delta-rule and native sparse attention ops against fla-core (PyTorch +
+Triton) on the same inputs, forward and forward+backward, on one GPU.
 
     python benchmarks/linear_delta_vs_fla.py --op gla [--cases main,varlen,long] [--shape 4,4096,16,128]
         [--varlen 4096,1000,...] [--long-t 32768] [--impls triton,xla,fla] [--json FILE]
@@ -17,7 +17,10 @@ Ops and their fla-core 0.6.0 peers, on the same inputs (the JAX arrays through D
 - ``kda`` ``kernel_delta_attention(q, k, v, beta, g, use_qk_l2norm=True)`` vs
   ``fla.ops.kda.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)``;
 - ``gdn`` ``gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)`` vs
-  ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (same arguments).
+  ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (same arguments);
+- ``nsa`` ``native_sparse_attention(q, k, v, g_cmp, g_slc, g_swa=, block_counts=16, block_size=64,
+  window_size=512)`` vs ``fla.ops.nsa.parallel_nsa`` (same arguments; ``H`` query heads over
+  ``H/16`` kv heads; ``g_swa`` is not differentiated).
 
 Cases: ``main`` the ``--shape`` (default the issue's B=4, T=4096, H=16, D=128), ``varlen`` one
 packed row of ``--varlen`` lengths (default: 7 sequences, 16384 tokens, as many as ``main``), ``long``
@@ -61,7 +64,11 @@ PEERS = {
     "ssd": ("state_space_v2", "chunk_simple_gla"),
     "kda": ("kernel_delta_attention", "chunk_kda"),
     "gdn": ("gated_delta_rule", "chunk_gated_delta_rule"),
+    "nsa": ("native_sparse_attention", "parallel_nsa"),
 }
+# NSA as DeepSeek sized it (block 64, 16 selected blocks, window 512), with the query group of 16
+# heads per kv head that fla's kernels require.
+NSA = {"group": 16, "block_size": 64, "block_counts": 16, "window_size": 512}
 DEFAULT_VARLEN = "4096,1000,3000,17,2048,5000,1223"
 LIGHTNING_LAYER = {"layer_idx": 5, "num_layers": 24}
 SLOW_MS = 50.0
@@ -76,6 +83,16 @@ def make_case(name: str, b: int, t: int, h: int, d: int, dtype: Any, lens: list[
     import jax.numpy as jnp
 
     op = PEERS[name][0]
+    if name == "nsa":
+        rng = np.random.default_rng(0)
+        hk = max(1, h // NSA["group"])
+        q = jnp.asarray(rng.standard_normal((b, t, h, d)), dtype)
+        k, v = (jnp.asarray(rng.standard_normal((b, t, hk, d)), dtype) for _ in range(2))
+        g_cmp, g_slc, g_swa = (jnp.asarray(rng.random((b, t, h)), dtype) for _ in range(3))
+        opts = {n: NSA[n] for n in ("block_counts", "block_size", "window_size")} | {"g_swa": g_swa}
+        if lens is not None:
+            opts["cu_seqlens"] = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+        return {"arrays": (q, k, v, g_cmp, g_slc), "opts": opts, "names": ("q", "k", "v", "g_cmp", "g_slc")}
     if name in ("kda", "gdn"):
         from ejkernel.ops.kernel_delta_attention.bench import DeltaShape, delta_inputs
 
@@ -191,6 +208,14 @@ def fla_call(name: str, t: list[Any], opts: dict[str, Any], cu: Any) -> tuple[Ca
         return (lambda: chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)[0]), [
             q, k, v, beta, g,
         ]  # fmt: skip
+    if name == "nsa":
+        from fla.ops.nsa import parallel_nsa
+        from torch.utils.dlpack import from_dlpack
+
+        q, k, v, g_cmp, g_slc = t
+        g_swa = from_dlpack(opts["g_swa"]).clone()
+        kw = {n: NSA[n] for n in ("block_counts", "block_size", "window_size")}
+        return (lambda: parallel_nsa(q, k, v, g_cmp, g_slc, g_swa, **kw, cu_seqlens=cu)), [q, k, v, g_cmp, g_slc]
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
     q, k, v, g, beta = t
