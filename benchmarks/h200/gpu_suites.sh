@@ -25,6 +25,8 @@
 #   servesweep  the Triton paged kernel's autotuning space on the prefill-only bar step (8 x 2048)
 #   benchlist  each `ejkernel bench` command line of BENCHES (separated by ";"), BENCH_ONE_S each,
 #          records as bench_<i>.json
+#   fla    benchmarks/linear_delta_vs_fla.py with FLA_ARGS (default: NSA at DeepSeek's sizes, T 32k,
+#          64 query heads over 4), FLA_S seconds; records in fla.json
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -155,6 +157,11 @@ if [[ $stages == *" benchlist "* ]]; then
     timeout ${BENCH_ONE_S:-120} python3 -m ejkernel bench $b --json "$out/bench_$i.json" >> "$out/bench_$i.txt" 2>&1
     grep -E "│|Error" "$out/bench_$i.txt" | sed "s/^/bench $i: /"
   done
+fi
+if [[ $stages == *" fla "* ]]; then
+  timeout ${FLA_S:-300} python3 benchmarks/linear_delta_vs_fla.py ${FLA_ARGS:---op nsa --shape 1,32768,64,128 --impls triton,fla} \
+    --json "$out/fla.json" > "$out/fla.txt" 2>&1
+  python3 benchmarks/linear_delta_vs_fla.py --table "$out/fla.json" 2>&1 | tail -8
 fi
 if [[ $stages == *" bench "* ]]; then
   timeout ${BENCH_S:-240} python3 -m ejkernel bench flash_attention --dtype bfloat16 --repeats ${REPEATS:-5} --impl triton \
