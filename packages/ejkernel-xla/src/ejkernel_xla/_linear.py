@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ejkernel.ops.families import delta_rule_math as M
 from ejkernel.ops.families.linear_attention import LinearProblem
 
 __all__ = ["chunked_linear_attention", "step_linear_attention"]
@@ -111,12 +112,19 @@ def _chunk_body(
         G_last = G[:, -1]
         qg = q * jnp.exp(G)
         kg = k * jnp.exp(G_last[:, None] - G)
-        d = G[:, :, None] - G[:, None, :]  # [B, t, s, h, dk or 1]
-        decay = jnp.exp(jnp.where(causal[..., None], d, -jnp.inf))
-        if has_gk:
-            A = jnp.einsum("bthi,bshi,btshi->bhts", q, k, decay)
+        if has_gk and csz % min(M.SUB, csz) == 0:
+            # Per-channel decays by sub-blocks (exact per pair only inside the diagonal blocks,
+            # matmuls elsewhere): 4-10x faster than every pair's [C, C, dk] decays on the CPU
+            # (b1 h4, 8 chunks of 64, dk 64: forward 6-8 ms vs 62, with the gradient 40-50 vs 176-209).
+            mv = lambda x: jnp.moveaxis(x, 1, 2)  # noqa: E731
+            A = M.decayed_pairs(mv(q), mv(k), mv(G), causal[0, :, :, 0], precision=None)
         else:
-            A = jnp.einsum("bthi,bshi->bhts", q, k) * jnp.moveaxis(decay[..., 0], 3, 1)
+            d = G[:, :, None] - G[:, None, :]  # [B, t, s, h, dk or 1]
+            decay = jnp.exp(jnp.where(causal[..., None], d, -jnp.inf))
+            if has_gk:
+                A = jnp.einsum("bthi,bshi,btshi->bhts", q, k, decay)
+            else:
+                A = jnp.einsum("bthi,bshi->bhts", q, k) * jnp.moveaxis(decay[..., 0], 3, 1)
         s_decay = jnp.exp(G_last)[..., None]  # [B, h, dk or 1, 1]
     else:
         qg, kg = q, k

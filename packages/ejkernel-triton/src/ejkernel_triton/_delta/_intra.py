@@ -259,7 +259,7 @@ def delta_intra_bwd_qk_kernel(
 
 # -- a per-key-channel gate (KDA): E_ijd = exp(G_id − G_jd) -----------------------------------------
 # The pair sums ``S[i, j] = Σ_d x_id y_jd E_ijd`` (``A``'s with x = y = K, Aqk's with x = Q, y = K)
-# by ``SUB``-row sub-blocks (fla's KDA scheme; ``delta_rule_math._pair`` in JAX), key tiles of
+# by ``SUB``-row sub-blocks (fla's KDA scheme; ``delta_rule_math.decayed_pairs`` in JAX), key tiles of
 # ``BK`` channels in turn, ``G`` (the chunk's cumulative gate, float32) read from memory at any row:
 #
 # - pairs in different sub-blocks (``j < r <= i``, ``r`` the first row of ``i``'s sub-block): one

@@ -93,7 +93,10 @@ def mean_pooling(args: MeanPoolingArgs, split: int | None = None) -> jax.Array:
     else:
         seg = token_segments(args.cu_seqlens, args.tokens)
         valid = seg < n if mask is None else (seg < n) & mask
-        rows = jnp.where(valid[:, None], x.astype(F32), 0.0)
-        sums = jax.ops.segment_sum(rows, seg, num_segments=n, indices_are_sorted=True)
-        counts = jax.ops.segment_sum(valid.astype(jnp.int32), seg, num_segments=n, indices_are_sorted=True)
+        # Masked rows are routed to the dropped segment n rather than zeroed: a select over the
+        # rows before the scatter makes XLA:CPU materialize them, 4x slower than the plain
+        # segment sum (32768 x 1024 float32 in 64 sequences, shared 2-core CPU: 59 ms vs 15 ms).
+        seg = jnp.where(valid, seg, n)
+        sums = jax.ops.segment_sum(x.astype(F32), seg, num_segments=n + 1)[:n]
+        counts = jax.ops.segment_sum(valid.astype(jnp.int32), seg, num_segments=n + 1)[:n]
     return _mean(sums, counts, x.dtype).reshape(args.out_shape)

@@ -19,10 +19,10 @@ class XlaStateSpaceV1(KernelImpl):
     test_configs: ClassVar[dict[str, OpConfig]] = {"chunk4": StateSpaceV1Config(block_e=4)}
 
     def heuristic_cfg(self, args: StateSpaceV1Args, device: DeviceInfo) -> StateSpaceV1Config:
-        return H.heuristic(args)
+        return H.heuristic(args, device)
 
     def candidate_cfgs(self, args: StateSpaceV1Args, device: DeviceInfo) -> list[StateSpaceV1Config]:
-        return H.candidates(args)
+        return H.candidates(args, device)
 
     def validate_cfg(self, cfg: StateSpaceV1Config, args: StateSpaceV1Args, device: DeviceInfo) -> None:
         if cfg.block_e is None:

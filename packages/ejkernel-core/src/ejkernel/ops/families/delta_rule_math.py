@@ -29,7 +29,16 @@ import jax.numpy as jnp
 from .delta_rule import l2norm, varlen_plan
 from .packing import gather_rows, take_rows
 
-__all__ = ["Chunks", "Intra", "chunk_output", "from_chunks", "inter_chunk", "intra_chunk", "to_chunks"]
+__all__ = [
+    "Chunks",
+    "Intra",
+    "chunk_output",
+    "decayed_pairs",
+    "from_chunks",
+    "inter_chunk",
+    "intra_chunk",
+    "to_chunks",
+]
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -111,7 +120,7 @@ def to_chunks(
 SUB = 16  # rows of the sub-blocks whose pairwise decays are computed exactly (per-channel gates)
 
 
-def _pair(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST) -> Any:
+def decayed_pairs(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST) -> Any:
     """``M[i, j] = Σ_d x_i[d] y_j[d] exp(γ_i[d] - γ_j[d])`` where ``mask`` (else 0): ``[..., C, C]``.
 
     Per-channel gates (fla's KDA intra-chunk scheme): pairs in different ``SUB``-row sub-blocks
@@ -160,7 +169,7 @@ def intra_chunk(c: Chunks, precision: Any = HIGHEST) -> Intra:
     i = jnp.arange(size)
     strict, causal = i[:, None] > i[None, :], i[:, None] >= i[None, :]
     gam = jnp.cumsum(c.g, axis=-2) if c.g is not None else None
-    a = _pair(c.k, c.k, gam, strict, precision) * c.beta[..., :, None]
+    a = decayed_pairs(c.k, c.k, gam, strict, precision) * c.beta[..., :, None]
     eye = jnp.eye(size, dtype=a.dtype)
     tmat = jax.lax.linalg.triangular_solve(
         eye + a, jnp.broadcast_to(eye * c.beta[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
@@ -176,7 +185,7 @@ def intra_chunk(c: Chunks, precision: Any = HIGHEST) -> Intra:
         glast = jnp.exp(last[..., 0, :])
     w = jnp.einsum("...ij,...jk->...ik", tmat, kd, precision=precision)
     u = jnp.einsum("...ij,...jv->...iv", tmat, c.v, precision=precision)
-    aqk = _pair(c.q, c.k, gam, causal, precision)
+    aqk = decayed_pairs(c.q, c.k, gam, causal, precision)
     return Intra(w, u, aqk, qg, kg, glast)
 
 

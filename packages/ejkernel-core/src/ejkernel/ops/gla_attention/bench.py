@@ -7,7 +7,10 @@ Cost model (the chunked algorithm, chunk ``C = 64``, per head and token): the st
 peers (fla-core's ``chunk_gla`` / ``chunk_simple_gla`` / ``chunk_lightning_attn``, PyTorch) are
 timed side by side by ``benchmarks/linear_delta_vs_fla.py`` on the same inputs (``ejkernel
 bench`` times JAX functions only). Outputs are checked against the float32 reference on one batch
-row (``--check``).
+row (``--check``). ``ejkernel bench`` times the plain-JAX peer (:mod:`ejkernel.testing.plain_jax`)
+beside the implementations: Mamba-2's SSD chunked form for the scalar decays (``state_space_v2``,
+``lightning_attention``), the chunked GLA form for the per-channel ones (``gla_attention``,
+``recurrent_attention``); the ratios are taken against it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..benchmark import BenchCase, OpBench
+from ..benchmark import BenchCase, OpBench, Peer
 
-__all__ = ["BENCH", "LinearAttentionBench", "LinearShape", "linear_flops", "linear_inputs"]
+__all__ = ["BENCH", "LinearAttentionBench", "LinearShape", "linear_flops", "linear_inputs", "plain_jax_peer"]
 
 CHUNK = 64
+PEER = "plain jax chunked"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +86,47 @@ def linear_inputs(op: str, s: LinearShape, dtype: Any, seed: int = 0) -> tuple[t
     return (q, k, v, g), {}
 
 
+def plain_jax_peer(op: str, arrays: tuple[Any, ...], opts: dict[str, Any]) -> Peer:
+    """The op's plain-JAX peer on :func:`linear_inputs`' arrays (module docstring), its output in
+    the op's layout and dtype."""
+    from ...testing import plain_jax as P
+    from ..families.linear_attention import lightning_decay
+
+    if op == "state_space_v2":
+
+        def ssd(x: Any, A: Any, B: Any, C: Any, D: Any, dt: Any) -> Any:
+            b, t, h, p = x.shape
+            f32 = jnp.float32
+            rep = lambda a: jnp.repeat(a, h // a.shape[2], axis=2)  # noqa: E731
+            dtf = dt.astype(f32)
+            y = P.ssd_chunked(rep(C), rep(B), x.astype(f32) * dtf[..., None], A.astype(f32) * dtf)
+            y = y + D.astype(f32)[:, None] * x.astype(f32)
+            return y.reshape(b, t, h * p).astype(x.dtype)
+
+        return Peer(PEER, ssd, arrays, to_op=lambda y: (y,))
+    q = arrays[0]
+    scale = q.shape[-1] ** -0.5
+    if op == "lightning_attention":
+        gamma = jnp.asarray(lightning_decay(q.shape[2], opts["layer_idx"], opts["num_layers"]))
+
+        def lightning(q: Any, k: Any, v: Any) -> Any:
+            a = jnp.broadcast_to(gamma, q.shape[:3])
+            return P.ssd_chunked(q, k, v, a, scale=scale).astype(q.dtype)
+
+        return Peer(PEER, lightning, arrays)
+
+    def gla(q: Any, k: Any, v: Any, g: Any) -> Any:
+        return P.gla_chunked(q, k, v, g, scale=scale).astype(q.dtype)
+
+    return Peer(PEER, gla, arrays)
+
+
 class LinearAttentionBench(OpBench):
     """``--shape B,T,H,D`` (or ``B,T,H,D,DV``), repeatable; default the issue's 4,4096,16,128."""
 
     metric = "tflops"
     backward_factor = 2.0
+    peer = PEER
 
     def __init__(self, op: str):
         self.op = op
@@ -119,6 +159,7 @@ class LinearAttentionBench(OpBench):
                     arrays=arrays,
                     options=opts,
                     cost=linear_flops(s),
+                    peers=[plain_jax_peer(self.op, arrays, opts)] if peers else [],
                     check=check_fn,
                 )
             )

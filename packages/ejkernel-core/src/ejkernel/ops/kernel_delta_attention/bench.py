@@ -6,7 +6,9 @@ Cost model (chunked WY algorithm, chunk ``C = 64``, per value head and token): t
 ``2·b·t·hv·(3·K·V + C·(3·K + 2·V))``; backward 2.5× forward. The peers (fla-core's
 ``chunk_kda`` / ``chunk_gated_delta_rule``, PyTorch) are timed by
 ``benchmarks/linear_delta_vs_fla.py`` on the same inputs (``ejkernel bench`` times JAX functions
-only). Each output is checked against the float32 reference on one batch row and one value head.
+only); ``ejkernel bench`` times the plain-JAX chunked WY form
+(:func:`ejkernel.testing.plain_jax.delta_rule_chunked`) beside them and takes the ratios against
+it. Each output is checked against the float32 reference on one batch row and one value head.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..benchmark import BenchCase, OpBench
+from ..benchmark import BenchCase, OpBench, Peer
 from .reference import delta_rule_reference
 
-__all__ = ["BENCH", "DeltaRuleBench", "DeltaShape", "delta_inputs", "delta_rule_flops"]
+__all__ = ["BENCH", "DeltaRuleBench", "DeltaShape", "delta_inputs", "delta_rule_flops", "plain_jax_peer"]
 
 CHUNK = 64
+PEER = "plain jax chunked"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +81,27 @@ def delta_inputs(s: DeltaShape, dtype: Any, per_channel: bool, seed: int = 0) ->
     return q, k, v, beta, gate
 
 
+def plain_jax_peer(op: str, arrays: tuple[Any, ...]) -> Peer:
+    """The plain-JAX peer on the op's positional arrays (the op's order), GQA heads repeated, its
+    output in the op's dtype."""
+    from ...testing.plain_jax import delta_rule_chunked
+
+    def peer(q: Any, k: Any, v: Any, beta: Any, gate: Any) -> Any:
+        rep = v.shape[2] // q.shape[2]
+        q, k = jnp.repeat(q, rep, axis=2), jnp.repeat(k, rep, axis=2)
+        return delta_rule_chunked(q, k, v, beta, gate, scale=q.shape[-1] ** -0.5).astype(v.dtype)
+
+    if op == "kernel_delta_attention":
+        return Peer(PEER, peer, arrays)
+    return Peer(PEER, lambda q, k, v, g, b: peer(q, k, v, b, g), arrays)
+
+
 class DeltaRuleBench(OpBench):
     """``--shape B,T,H,D`` (or ``B,T,H,HV,D,DV``), repeatable; default the issue's 4,4096,16,128."""
 
     metric = "tflops"
     backward_factor = 2.5
+    peer = PEER
 
     def __init__(self, op: str):
         self.op = op
@@ -118,6 +137,7 @@ class DeltaRuleBench(OpBench):
                     arrays=arrays,
                     options=opts,
                     cost=delta_rule_flops(s),
+                    peers=[plain_jax_peer(self.op, arrays)] if peers else [],
                     check=check_fn,
                 )
             )

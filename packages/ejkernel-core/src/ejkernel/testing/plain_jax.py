@@ -1,0 +1,159 @@
+"""The plain-JAX peers of the linear-recurrence ops: the chunked formulations a user would write in
+``jnp`` (no custom VJP, no rematerialization), which ``ejkernel bench`` times beside the XLA
+implementations on the same inputs.
+
+- :func:`ssd_chunked`: Mamba-2's SSD chunked form with one scalar log decay per token and head
+  (Dao & Gu, "Transformers are SSMs", 2024, the ``ssd_minimal`` listing): the intra-chunk decays
+  ``exp(segsum)`` masked before the exponential, the chunk states combined by one matmul with the
+  chunk-to-chunk decays. ``state_space_v2`` and ``lightning_attention``.
+- :func:`gla_chunked`: gated linear attention with a log decay per key channel, the chunked form
+  of Yang et al. 2024 §4 with the intra-chunk product factored as ``(q ⊙ exp(G)) (k ⊙ exp(-G))ᵀ``
+  (``G`` the cumulative gate from the chunk's start) and a ``lax.scan`` over the chunk states.
+  The factoring overflows once a chunk decays by ~80 nats in one channel; the benchmark's gates
+  (``log_sigmoid(N(0, 1) + 2)``, 64-token chunks) stay far from it. ``gla_attention`` and
+  ``recurrent_attention``.
+- :func:`delta_rule_chunked`: the chunked WY delta rule (Yang et al. 2024, gated: Gated DeltaNet
+  2025, per channel: Kimi Linear 2025) with the pairwise decays ``exp(γ_i - γ_j)`` materialized
+  per pair (and channel), a triangular solve for ``(I + A)⁻¹`` and a ``lax.scan`` over chunks.
+  ``gated_delta_rule`` (scalar gate) and ``kernel_delta_attention`` (per-channel gate).
+
+Shapes are ``[batch, seq, heads, dim]`` with as many key heads as value heads (callers repeat
+GQA heads); the sequence is padded to a whole number of chunks with zero inputs and gates (which
+leave the state unchanged). Float32 inside; outputs float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..ops.families.delta_rule import l2norm
+
+__all__ = ["delta_rule_chunked", "gla_chunked", "ssd_chunked"]
+
+F32 = jnp.float32
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _chunks(x: Any, chunk: int) -> Any:
+    """``[b, t, ...]`` float32 → ``[b, nc, chunk, ...]`` (zero-padded)."""
+    b, t = x.shape[:2]
+    nc = -(-t // chunk)
+    x = jnp.pad(x.astype(F32), ((0, 0), (0, nc * chunk - t)) + ((0, 0),) * (x.ndim - 2))
+    return x.reshape(b, nc, chunk, *x.shape[2:])
+
+
+def _unchunk(y: Any, t: int) -> Any:
+    return y.reshape(y.shape[0], -1, *y.shape[3:])[:, :t]
+
+
+def _segsum(x: Any) -> Any:
+    """``out[..., i, j] = Σ_{j < m <= i} x[..., m]`` for ``j <= i``, ``-inf`` above the diagonal."""
+    size = x.shape[-1]
+    cs = jnp.cumsum(x, axis=-1)
+    diff = cs[..., :, None] - cs[..., None, :]
+    mask = jnp.tril(jnp.ones((size, size), bool))
+    return jnp.where(mask, diff, -jnp.inf)
+
+
+def ssd_chunked(q: Any, k: Any, v: Any, log_decay: Any, *, scale: float = 1.0, chunk: int = 64) -> Any:
+    """``o_t = scale · q_t S_t``, ``S_t = exp(a_t) S_{t-1} + k_tᵀ v_t``: ``q, k [b, t, h, n]``,
+    ``v [b, t, h, p]``, ``log_decay a [b, t, h]`` → ``[b, t, h, p]`` float32."""
+    t = q.shape[1]
+    qc, kc, vc = (_chunks(x, chunk) for x in (q, k, v))  # [b, c, l, h, .]
+    a = jnp.moveaxis(_chunks(log_decay, chunk), 3, 1)  # [b, h, c, l]
+    a_cum = jnp.cumsum(a, axis=-1)
+    decay = jnp.exp(_segsum(a))  # [b, h, c, l, l]
+    y_diag = jnp.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", qc, kc, decay, vc, precision=HIGHEST)
+    to_end = jnp.exp(a_cum[..., -1:] - a_cum)  # [b, h, c, l]
+    states = jnp.einsum("bclhn,bhcl,bclhp->bchpn", kc, to_end, vc, precision=HIGHEST)
+    states = jnp.concatenate([jnp.zeros_like(states[:, :1]), states], axis=1)
+    chunk_decay = jnp.exp(_segsum(jnp.pad(a_cum[..., -1], ((0, 0), (0, 0), (1, 0)))))  # [b, h, c+1, c+1]
+    states = jnp.einsum("bhzc,bchpn->bzhpn", chunk_decay, states, precision=HIGHEST)[:, :-1]
+    y_off = jnp.einsum("bclhn,bchpn,bhcl->bclhp", qc, states, jnp.exp(a_cum), precision=HIGHEST)
+    return _unchunk(y_diag + y_off, t) * scale
+
+
+def gla_chunked(q: Any, k: Any, v: Any, gk: Any, *, scale: float, chunk: int = 64) -> Any:
+    """``o_t = scale · q_t S_t``, ``S_t = diag(exp(g_t)) S_{t-1} + k_tᵀ v_t``: ``q, k, gk
+    [b, t, h, dk]``, ``v [b, t, h, dv]`` → ``[b, t, h, dv]`` float32."""
+    t = q.shape[1]
+    qc, kc, vc, gc = (_chunks(x, chunk) for x in (q, k, v, gk))  # [b, c, l, h, .]
+    g = jnp.cumsum(gc, axis=2)
+    last = g[:, :, -1:]
+    qg, kg = qc * scale * jnp.exp(g), kc * jnp.exp(-g)
+    causal = jnp.tril(jnp.ones((chunk, chunk), bool))
+    att = jnp.where(causal[:, :, None], jnp.einsum("bclhd,bcshd->bclsh", qg, kg, precision=HIGHEST), 0.0)
+    y = jnp.einsum("bclsh,bcshv->bclhv", att, vc, precision=HIGHEST)
+    delta = jnp.einsum("bclhd,bclhv->bchdv", kc * jnp.exp(last - g), vc, precision=HIGHEST)
+
+    def step(s: Any, inp: Any) -> tuple[Any, Any]:
+        d, gl = inp
+        return jnp.exp(gl)[..., None] * s + d, s
+
+    b, _, _, h, dk = qc.shape
+    s0 = jnp.zeros((b, h, dk, vc.shape[-1]), F32)
+    _, entering = jax.lax.scan(step, s0, (jnp.moveaxis(delta, 1, 0), jnp.moveaxis(last[:, :, 0], 1, 0)))
+    y = y + jnp.einsum("bclhd,bchdv->bclhv", qg, jnp.moveaxis(entering, 0, 1), precision=HIGHEST)
+    return _unchunk(y, t)
+
+
+def delta_rule_chunked(
+    q: Any, k: Any, v: Any, beta: Any, gate: Any, *, scale: float, use_qk_l2norm: bool = True, chunk: int = 64
+) -> Any:
+    """``S_t = exp(g_t) S_{t-1}``, ``S_t ← S_t + β_t k_tᵀ (v_t - k_t S_t)``, ``o_t = scale · q_t
+    S_t`` (``exp(g_t)`` a diagonal over key channels when ``gate`` is ``[b, t, h, dk]``, a scalar
+    when ``[b, t, h]``): ``q, k [b, t, h, dk]``, ``v [b, t, h, dv]``, ``beta [b, t, h]`` →
+    ``[b, t, h, dv]`` float32."""
+    t = q.shape[1]
+    q, k = q.astype(F32), k.astype(F32)
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    gate = gate.astype(F32)
+    if gate.ndim == 3:
+        gate = gate[..., None]
+    # [b, h, c, l, .]
+    qc, kc, vc, gc = (jnp.moveaxis(_chunks(x, chunk), 3, 1) for x in (q * scale, k, v, gate))
+    bc = jnp.moveaxis(_chunks(beta, chunk), 3, 1)
+    g = jnp.cumsum(gc, axis=3)
+    strict = jnp.tril(jnp.ones((chunk, chunk), bool), -1)
+    causal = jnp.tril(jnp.ones((chunk, chunk), bool))
+    # exp(γ_i - γ_j) per pair and channel, masked before the exponential (no overflow).
+    diff = g[..., :, None, :] - g[..., None, :, :]
+    decay = jnp.exp(jnp.where(causal[..., None], diff, -jnp.inf))  # [b, h, c, l, l, dk or 1]
+
+    def pair(x: Any, y: Any) -> Any:
+        if decay.shape[-1] == 1:
+            return jnp.einsum("...id,...jd->...ij", x, y, precision=HIGHEST) * decay[..., 0]
+        return jnp.einsum("...id,...jd,...ijd->...ij", x, y, decay, precision=HIGHEST)
+
+    kk = pair(kc, kc)
+    a = jnp.where(strict, kk, 0.0) * bc[..., :, None]
+    eye = jnp.eye(chunk, dtype=F32)
+    tmat = jax.lax.linalg.triangular_solve(
+        eye + a, jnp.broadcast_to(eye * bc[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
+    )
+    w = jnp.einsum("...ij,...jd->...id", tmat, kc * jnp.exp(g), precision=HIGHEST)
+    u = jnp.einsum("...ij,...jv->...iv", tmat, vc, precision=HIGHEST)
+    aqk = jnp.where(causal, pair(qc, kc), 0.0)
+    last = g[..., -1:, :]
+    kg = kc * jnp.exp(last - g)
+    qg = qc * jnp.exp(g)
+
+    def step(s: Any, inp: Any) -> tuple[Any, Any]:
+        w, u, kg, qg, aqk, gl = inp
+        vn = u - jnp.einsum("bhld,bhdv->bhlv", w, s, precision=HIGHEST)
+        o = jnp.einsum("bhld,bhdv->bhlv", qg, s, precision=HIGHEST) + jnp.einsum(
+            "bhls,bhsv->bhlv", aqk, vn, precision=HIGHEST
+        )
+        s = jnp.exp(gl)[..., :, None] * s + jnp.einsum("bhld,bhlv->bhdv", kg, vn, precision=HIGHEST)
+        return s, o
+
+    b, h = qc.shape[:2]
+    s0 = jnp.zeros((b, h, kc.shape[-1], vc.shape[-1]), F32)
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (w, u, kg, qg, aqk, last[..., 0, :]))
+    _, o = jax.lax.scan(step, s0, xs)  # [c, b, h, l, v]
+    o = jnp.moveaxis(o, 0, 2)  # [b, h, c, l, v]
+    return _unchunk(jnp.moveaxis(o, 1, 3), t)
