@@ -40,10 +40,10 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 stages=" ${STAGES:-first build conf gpu lse cuda bench} "
 # The project's addopts are dropped (the image's pytest plugins differ); its default marker filter is kept.
 # A stage that runs out of time must not leave its xdist workers compiling into the next stage.
-# Each run gets its own session, and only that process group is killed, so lanes (lanes.sh) on the
-# other GPUs keep running.
+# Default verbosity (a stage adds -v to name each item). Each run gets its own session, and only
+# that process group is killed, so lanes (lanes.sh) on the other GPUs keep running.
 gpu_pytest() {
-  XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -p no:cacheprovider -o addopts="" \
     -m "${MARKS:-not full and not packaging}" -rf "${@:2}" &
   local pid=$!; wait $pid; local rc=$?; kill -9 -- -$pid 2>/dev/null; return $rc
 }
