@@ -191,7 +191,24 @@ def _flash_mla_decode(dt):
         )  # fmt: skip
 
 
+def _deepseek_attn(dt):
+    """DeepSeek-V3.2 (MLA 512 + 64 over 128 heads, top-2048 of an 8k prefill; a decode step against
+    a 32k cache), V2-Lite's 16 heads, and a small latent with no rope lanes."""
+    for b, sq, sk, h, hk, r, dr, topk in ((1, 8192, 8192, 128, 128, 512, 64, 2048), (8, 1, 32768, 128, 128, 512, 64, 2048),
+                                          (2, 4096, 4096, 16, 16, 512, 64, 2048), (2, 2048, 2048, 32, 8, 256, 0, 512)):  # fmt: skip
+        dq = 128 + dr if dr else 128
+        kw = dict(
+            query=S((b, sq, h, dq), dt), key_value=S((b, sk, r), dt), w_kc=S((r, hk, 128), dt),
+            w_vc=S((r, hk, 128), dt), query_index=S((b, sq, 64, 128), dt), key_index=S((b, sk, 128), dt),
+            index_weights=S((b, sq, 64), dt), index_topk=topk, causal=True,
+        )  # fmt: skip
+        if dr:
+            kw["b_k"] = S((b, sk, dr), dt)
+        yield kw
+
+
 SHAPES = {
+    "deepseek_attn": _deepseek_attn,
     "native_sparse_attention": _native_sparse_attention,
     "flash_attention": _attention,
     "ring_attention": _attention,  # a ring of one here: its blocks run the flash kernels
@@ -626,4 +643,34 @@ def _recurrent_cell_cases():
 @pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_recurrent_cell_cases(), "rnn"))
 def test_recurrent_cell_declared_shared_memory_bounds_the_compiled_kernel(op, kw, cfg):
     # The backward is XLA's: only the forward kernel compiles.
+    _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)
+
+
+def _deepseek_attn_cases():
+    from ejkernel.ops.deepseek_attn import DeepSeekAttnConfig
+
+    def kw(h, hk, r, dr, dtype=jnp.bfloat16, s=256, topk=128):
+        out = dict(
+            query=jnp.zeros((1, s, h, 128 + dr), dtype), key_value=jnp.zeros((1, s, r), dtype),
+            w_kc=jnp.zeros((r, hk, 128), dtype), w_vc=jnp.zeros((r, hk, 128), dtype),
+            query_index=jnp.zeros((1, s, 4, 32), dtype), key_index=jnp.zeros((1, s, 32), dtype),
+            index_weights=jnp.zeros((1, s, 4), dtype), index_topk=topk, causal=True,
+        )  # fmt: skip
+        if dr:
+            out["b_k"] = jnp.zeros((1, s, dr), dtype)
+        return out
+
+    op = "deepseek_attn"
+    return [
+        (op, kw(128, 128, 512, 64), None),  # DeepSeek-V3.2: 64 heads a program, 32-key steps, 3 stages on sm_90
+        (op, kw(16, 16, 512, 64), DeepSeekAttnConfig(block_k=64, num_stages=2)),
+        (op, kw(16, 4, 64, 64, jnp.float32), None),  # the widest float32 latent declared
+        (op, kw(32, 8, 256, 0), DeepSeekAttnConfig(block_q=32)),
+    ]
+
+
+@compiled
+@pytest.mark.parametrize(("op", "kw", "cfg"), _sampled(_deepseek_attn_cases(), "dsa"))
+def test_deepseek_attn_declared_shared_memory_bounds_the_compiled_kernel(op, kw, cfg):
+    """DeepSeek widths with 64 and 16 heads a program, float32 (three-pass products), no rope lanes."""
     _check_declared_bounds_compiled(op, kernel_registry.get(op, platform="triton"), kw, cfg, grads=False)

@@ -46,6 +46,7 @@ OPS = (
     "native_sparse_attention",
     "recurrent_cell",
     "flash_mla_decode",
+    "deepseek_attn",
 )
 
 
@@ -56,6 +57,7 @@ def register(registry: Any) -> None:
     from ejkernel.ops.support import register_declared
 
     from .blocksparse_attention import TritonBlockSparseAttention
+    from .deepseek_attn import TritonDeepSeekAttn
     from .flash_attention import TritonFlashAttention
     from .flash_mla_decode import TritonFlashMLADecode
     from .gated_delta_rule import TritonGatedDeltaRule
@@ -96,5 +98,6 @@ def register(registry: Any) -> None:
         "blocksparse_attention": TritonBlockSparseAttention,
         "recurrent_cell": TritonRecurrentCell,
         "flash_mla_decode": TritonFlashMLADecode,
+        "deepseek_attn": TritonDeepSeekAttn,
     }
     register_declared(registry, OPS, impls, Platform.TRITON, Backend.GPU, PRIORITY)

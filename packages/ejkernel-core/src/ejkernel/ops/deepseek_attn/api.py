@@ -46,7 +46,11 @@ def deepseek_attn(
     ``key_index`` and ``index_weights`` get none (train the indexer with its own loss, as
     DeepSeek-V3.2 does). The XLA implementation computes the indexer's scores and the kept-key
     mask per query-key pair (``[batch, seq_q, seq_k]``, not per head), and the attention
-    blockwise.
+    blockwise. The Triton implementation takes the same selection as key indices
+    (``[batch, seq_q, min(index_topk, seq_k) + 1]``) and attends only those rows, gathered per
+    token (its work grows with ``index_topk``, not ``seq_k``); its backward is the same gathered
+    attention in JAX. Neither has a fused indexer: its scores are ``[batch, seq_q, index_heads,
+    seq_k]`` float32 before the sum over heads.
 
     Args:
         query, key_value, w_kc, w_vc, b_q, b_k: as in :func:`ejkernel.flash_mla`.

@@ -7,6 +7,8 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
+import jax.numpy as jnp
+
 from ..args import array, shape_str, static, static_float, static_int
 from ..families.latent_attention import LATENT_FEATURES, LatentAttentionArgs, bind_latent
 from ..flash_mla.op import FlashMLAConfig
@@ -33,7 +35,12 @@ class DeepSeekAttnArgs(LatentAttentionArgs):
 
 
 FEATURES: dict[str, tuple[str, Any]] = {name: LATENT_FEATURES[name] for name in ("causal", "rope", "gqa", "cross")} | {
-    "all_keys": ("index_topk covers every key (no sparsity)", lambda a: a.index_topk >= a.seq_k)
+    "all_keys": ("index_topk covers every key (no sparsity)", lambda a: a.index_topk >= a.seq_k),
+    # What GPU kernels may decline: their latent tiles in float32 outgrow a block's shared memory.
+    "float32_wide_latent": (
+        "float32 inputs with a latent row (kv_lora_rank + rope) above 128 lanes",
+        lambda a: jnp.dtype(a.dtype) == jnp.float32 and a.kv_lora_rank + a.rope_dim > 128,
+    ),
 }
 
 

@@ -57,10 +57,13 @@ __all__ = [
     "absorbed_attention_args",
     "absorbed_operands",
     "bind_latent",
+    "gathered_latent_attention",
     "index_mask",
     "index_scores",
+    "index_selection",
     "materialized_kv",
     "project_latent_output",
+    "selection_mask",
 ]
 
 ROPE_MODES = ("none", "query", "shared")
@@ -301,21 +304,86 @@ def index_scores(query_index: Any, key_index: Any, index_weights: Any, scale: fl
     return jnp.einsum("bqjt,bqj->bqt", per_head, w, precision=hi)
 
 
-def index_mask(query_index: Any, key_index: Any, index_weights: Any, *, topk: int, scale: float, causal: bool) -> Any:
-    """The keys each query attends in ``deepseek_attn``, bool ``[b, 1, sq, sk]``: the ``topk``
-    highest :func:`index_scores` among the keys it may see (``t <= i + sk - sq`` when causal;
-    ties go to the lower key index), and always its own position ``i + sk - sq``. Not
-    differentiable (a selection): the indexer's inputs get no gradient through it.
+def index_selection(
+    query_index: Any, key_index: Any, index_weights: Any, *, topk: int, scale: float, causal: bool
+) -> Any:
+    """The keys each query attends in ``deepseek_attn``, as key indices, int32
+    ``[b, sq, min(topk, sk) + 1]``: the ``topk`` highest :func:`index_scores` among the keys it
+    may see (``t <= i + sk - sq`` when causal; ties go to the lower key index), then its own
+    position ``i + sk - sq``, which it always attends, unless already among them; ``-1`` marks an
+    unused slot (a top-k slot holding a key it may not see, or the own position already kept or
+    before the first key). Not differentiable (a selection): the indexer's inputs get no gradient
+    through it.
 
-    This function *defines* the selection: the implementations and the reference share it, so
-    that a near-tie cannot select differently between them."""
+    This function *defines* the selection: the implementations (as indices or as
+    :func:`index_mask`) and the reference share it, so that a near-tie cannot select differently
+    between them."""
     query_index, key_index, index_weights = (jax.lax.stop_gradient(x) for x in (query_index, key_index, index_weights))
-    b, sq, sk = query_index.shape[0], query_index.shape[1], key_index.shape[1]
+    sq, sk = query_index.shape[1], key_index.shape[1]
     pos = jnp.arange(sq)[:, None] + (sk - sq)  # each query's own key position
     keys = jnp.arange(sk)[None, :]
     visible = (keys <= pos) if causal else jnp.ones((sq, sk), bool)
     scores = jnp.where(visible, index_scores(query_index, key_index, index_weights, scale), -jnp.inf)
-    k = min(topk, sk)
-    _, top = jax.lax.top_k(scores, k)  # [b, sq, k]
-    chosen = jnp.zeros((b, sq, sk), bool).at[jnp.arange(b)[:, None, None], jnp.arange(sq)[None, :, None], top].set(True)
-    return ((chosen & visible) | (keys == pos))[:, None]
+    _, top = jax.lax.top_k(scores, min(topk, sk))  # [b, sq, k]
+    if causal:
+        top = jnp.where(top <= pos, top, -1)
+    own = jnp.where(jnp.any(top == pos, axis=-1) | (pos[:, 0] < 0), -1, pos[:, 0])  # [b, sq]
+    return jnp.concatenate([top, own[..., None]], axis=-1).astype(jnp.int32)
+
+
+def selection_mask(selection: Any, seq_k: int) -> Any:
+    """The bool mask ``[b, 1, sq, seq_k]`` of key indices ``selection [b, sq, n]`` (``-1``: none)."""
+    b, sq, _ = selection.shape
+    slot = jnp.where(selection >= 0, selection, seq_k)  # out of range: dropped by the scatter
+    rows = (jnp.arange(b)[:, None, None], jnp.arange(sq)[None, :, None], slot)
+    return jnp.zeros((b, sq, seq_k), bool).at[rows].set(True, mode="drop")[:, None]
+
+
+def index_mask(query_index: Any, key_index: Any, index_weights: Any, *, topk: int, scale: float, causal: bool) -> Any:
+    """:func:`index_selection` as a bool mask ``[b, 1, sq, sk]`` (what the dense forms apply)."""
+    sel = index_selection(query_index, key_index, index_weights, topk=topk, scale=scale, causal=causal)
+    return selection_mask(sel, key_index.shape[1])
+
+
+def gathered_latent_attention(
+    q: Any, kv: Any, selection: Any, *, lora: int, scale: float, causal: bool, chunk: int
+) -> Any:
+    """Absorbed-form attention over selected latent rows, in plain JAX: ``q [b, sq, h, d]`` (the
+    :func:`absorbed_operands` query, ``d = lora + rope``) attends, per query, the rows
+    ``selection [b, sq, n]`` of ``kv [b, sk, d]`` (keys: all ``d`` lanes; values: the first
+    ``lora``), skipping ``-1``, out-of-range and (``causal``) later-than-own-position slots;
+    returns the latent output ``[b, sq, h, lora]`` in ``q``'s dtype (zeros for a query with no key).
+
+    Work and memory follow the selection, not ``sk``: ``chunk`` queries at a time gather their
+    rows (each chunk rematerialized in the backward, so residuals stay at the inputs)."""
+    b, sq, h, d = q.shape
+    sk, n = kv.shape[1], selection.shape[-1]
+    chunk = max(1, min(chunk, sq))
+    pad = -sq % chunk
+    pos = jnp.arange(sq + pad) + (sk - sq)
+    q_p = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    sel_p = jnp.pad(selection, ((0, 0), (0, pad), (0, 0)), constant_values=-1)
+    steps = (sq + pad) // chunk
+
+    @jax.checkpoint
+    def step(xs: Any) -> Any:
+        qc, sc, pc = xs  # [b, c, h, d], [b, c, n], [c]
+        ok = (sc >= 0) & (sc < sk)
+        if causal:
+            ok &= sc <= pc[None, :, None]
+        rows = jax.vmap(lambda kv_b, s_b: kv_b[s_b])(kv, jnp.where(ok, sc, 0))  # [b, c, n, d]
+        s = _dot("bchd,bcnd->bchn", qc, rows) * scale
+        s = jnp.where(ok[:, :, None, :], s, -jnp.inf)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))
+        denom = jnp.sum(p, axis=-1, keepdims=True)
+        o = _dot("bchn,bcnr->bchr", p.astype(rows.dtype), rows[..., :lora])
+        return (o / jnp.where(denom > 0, denom, 1.0)).astype(q.dtype)
+
+    xs = (
+        q_p.reshape(b, steps, chunk, h, d).swapaxes(0, 1),
+        sel_p.reshape(b, steps, chunk, n).swapaxes(0, 1),
+        pos.reshape(steps, chunk),
+    )
+    out = jax.lax.map(step, xs)  # [steps, b, c, h, lora]
+    return out.swapaxes(0, 1).reshape(b, sq + pad, h, lora)[:, :sq]

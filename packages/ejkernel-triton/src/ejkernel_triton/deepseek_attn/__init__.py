@@ -1,0 +1,3 @@
+from .impl import TritonDeepSeekAttn
+
+__all__ = ["TritonDeepSeekAttn"]
