@@ -281,6 +281,22 @@ def test_bench_argument_errors_are_usage_errors(capsys, argv, message):
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["attention", "--varlen", "2"], "bad --varlen 2: attention takes no packed sequences"),
+        (["ring_attention", "--varlen", "2"], "bad --varlen 2: ring_attention takes no packed sequences"),
+        (["ring_attention", "--devices", "99"], "bad --devices 99: between 1 and the"),
+    ],
+)
+def test_bench_dense_attention_variants_refuse_what_they_cannot_run(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *argv, "--repeats", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
     ("option", "where", "message"),
     [
         ("--json", "{file}/r.json", "cannot write there"),  # a folder that is a file

@@ -6,6 +6,10 @@ at contexts that are not whole pages), equals the op's float32 reference."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -93,3 +97,37 @@ def test_serving_peers_match_reference(op, step, names):
     """The gather + dense peers (and the kernels beside them) on a serving bench's step: for
     ``ragged_page_attention_v3``, the attention on the cache the step writes."""
     assert _bench_peers(op, step + SERVING) == [(n, "ok") for n in names]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--shape", "2,40,48,4,2,16", "--causal", "both"],
+        ["--shape", "1,48,40,4,4,16", "--causal", "yes"],  # the first 8 rows see no key
+        ["--shape", "1,40,40,4,2,16", "--window", "6,2"],
+    ],
+    ids=["causal", "rows-without-keys", "window"],
+)
+def test_attention_peer_matches_reference_with_weights(options):
+    """``plain softmax`` returns the op's pair: the output and the weights both match."""
+    peers = _bench_peers("attention", options)
+    assert peers and set(peers) == {("plain softmax", "ok")}
+
+
+def test_ring_attention_peer_on_one_device():
+    assert _bench_peers("ring_attention", ["--shape", "2,64,64,4,2,16", "--causal", "both"]) == [
+        ("jax.nn[xla]", "ok"),
+        ("jax.nn[xla]", "ok"),
+    ]
+
+
+def test_ring_attention_bench_over_a_mesh(tmp_path):
+    """``--devices 2`` on two host devices: the ring under ``shard_map`` and the jax.nn peer on
+    the same sequence-sharded inputs, both checked against the reference."""
+    out = tmp_path / "r.json"
+    argv = ["--impl", "xla", "--shape", "1,32,2,16", "--causal", "yes", "--fwd-only", "--repeats", "1"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "ejkernel", "bench", "ring_attention", "--devices", "2", *argv, "--json", str(out)]
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=600)
+    records = json.loads(out.read_text())
+    assert {(r["impl"], r["devices"], r["check"]) for r in records} == {("xla", 2, "ok"), ("jax.nn[xla]", 2, "ok")}
