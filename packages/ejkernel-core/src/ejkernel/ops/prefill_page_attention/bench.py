@@ -6,7 +6,7 @@ attended (query, key) pair, under the causal mask). Peers, on the same values: t
 ``jax.nn.dot_product_attention`` of ``ragged_page_attention_v2``'s bench
 (:func:`~ejkernel.ops.ragged_page_attention_v2.bench.dense_peers`: cuDNN on a GPU, XLA) over the
 context gathered from the pages to one dense sequence, the chunk's queries under the causal mask
-aligned to the context's end (ratios against cuDNN on a GPU, XLA elsewhere); a chunk that is the
+aligned to the context's end (ratios against cuDNN on a GPU where it accepts, else XLA); a chunk that is the
 whole prompt (``--chunk == --context``) also beside ``flash_attention`` varlen. The gathering
 happens once, outside the timed calls.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..benchmark import BenchCase, OpBench
 from ..flash_attention.bench import make_check
-from ..ragged_page_attention_v2.bench import ServingStep, step_peers
+from ..ragged_page_attention_v2.bench import ServingStep, dense_peer_names, step_peers
 from .reference import prefill_page_attention_reference
 
 __all__ = ["BENCH", "PrefillChunk", "PrefillPageAttentionBench"]
@@ -48,9 +48,7 @@ class PrefillChunk:
 class PrefillPageAttentionBench(OpBench):
     metric = "tflops"
 
-    @staticmethod
-    def peer(platform: str) -> str:
-        return "jax.nn[cudnn] dense" if platform == "gpu" else "jax.nn[xla] dense"
+    peer = staticmethod(dense_peer_names)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--chunk", type=int, default=512, help="query tokens of the chunk")

@@ -13,7 +13,9 @@ decode-only step (``--chunks 0``) also beside ``page_attention`` (the default im
 over the cache's K and V halves as separate caches); a prefill-only step whose chunks are whole
 prompts (``--decodes 0``, ``--chunk == --chunk-context``) also beside ``flash_attention`` varlen
 (causal, ``cum_seqlens_q``) on the same tokens with a dense cache. The gathering, splitting and
-padding happen once, outside the timed calls.
+padding happen once, outside the timed calls. Ratios are against ``page_attention`` beside a
+decode-only step, the gather + dense peer (cuDNN on a GPU where it accepts, else XLA) beside any
+other.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..page_attention.bench import _dense_decode
 from ..timing import measure_copy_gbps
 from .reference import ragged_page_attention_v2_reference
 
-__all__ = ["BENCH", "RaggedPageAttentionv2Bench", "ServingStep", "dense_peers", "step_peers"]
+__all__ = ["BENCH", "RaggedPageAttentionv2Bench", "ServingStep", "dense_peer_names", "dense_peers", "step_peers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,11 @@ def _flash_varlen(q: Any, k: Any, v: Any, cu: Any) -> Any:
     from ... import flash_attention
 
     return flash_attention(q, k, v, causal=True, cum_seqlens_q=cu)
+
+
+def dense_peer_names(platform: str) -> tuple[str, ...]:
+    """The names of :func:`dense_peers`' masked form on ``platform``, cuDNN's first."""
+    return tuple(f"jax.nn[{name}] dense" for name in (["cudnn"] if platform == "gpu" else []) + ["xla"])
 
 
 def _dense_step(implementation: str, q: Any, k: Any, v: Any, mask: Any) -> Any:
@@ -135,9 +142,9 @@ class RaggedPageAttentionv2Bench(OpBench):
     metric = "gbps"
 
     @staticmethod
-    def peer(platform: str) -> str:
-        # Ratios are taken against the decode peer; a prefill row's peer is in its own records.
-        return "page_attention"
+    def peer(platform: str) -> tuple[str, ...]:
+        # page_attention beside a decode-only step; the gather + dense peer beside any other.
+        return ("page_attention", *dense_peer_names(platform))
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--decodes", type=int, default=8, help="decoding sequences (one token each)")

@@ -5,9 +5,10 @@ One continuous-batching step, described as ``ragged_page_attention_v2``'s (the s
 ``--chunk`` tokens at the end of ``--chunk-context``, on randomly permuted blocks of separate key
 and value caches. Reported as GB/s of the cache rows the step must read (each sequence's context
 once) + queries read + output written, next to ``peak_gbps``, a device-to-device copy measured in
-the same run. Peers: ``ragged_page_attention_v2``'s (:func:`~ejkernel.ops.ragged_page_attention_v2.bench.step_peers`)
-on the same caches: the gather + dense ``jax.nn.dot_product_attention`` on every step,
-``page_attention`` beside a decode-only step, ``flash_attention`` varlen beside whole prompts.
+the same run. Peers: ``ragged_page_attention_v2``'s
+(:func:`~ejkernel.ops.ragged_page_attention_v2.bench.step_peers`) on the same caches: the gather +
+dense ``jax.nn.dot_product_attention`` on every step, ``page_attention`` beside a decode-only step,
+``flash_attention`` varlen beside whole prompts; ratios as there.
 """
 
 from __future__ import annotations
