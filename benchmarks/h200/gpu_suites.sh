@@ -29,7 +29,7 @@
 #          64 query heads over 4), FLA_S seconds; records in fla.json
 #   xlapeers  every op's XLA path beside its plain-JAX peer at the op's default bench shapes, bf16
 #          (ratio, compile_s, compile_fwdbwd_s; one JSON and text per op in $OUT/xlapeers, a
-#          summary in xlapeers.txt); each op under XLAPEER_S seconds (default 15: about 5 min in all)
+#          summary in xlapeers.txt); each op under XLAPEER_S seconds (default 15: about 6 min in all)
 #   bench  the bar shapes: flash_attention b2 s8192 h16 d128 bf16 causal both (Triton vs cuDNN),
 #          page_attention b32 h32/8 d128 ctx 8192 bf16 (CUDA vs cuDNN dense decode)
 # From the repository root on the GPU machine:
@@ -168,9 +168,10 @@ if [[ $stages == *" fla "* ]]; then
 fi
 if [[ $stages == *" xlapeers "* ]]; then
   mkdir -p "$out/xlapeers"
-  for op in ${XLAPEER_OPS:-flash_attention scaled_dot_product_attention blocksparse_attention native_sparse_attention \
-      deepseek_attn flash_mla page_attention ragged_decode_attention ragged_page_attention_v2 grouped_matmul mean_pooling \
-      recurrent_cell state_space_v1 state_space_v2 gla_attention lightning_attention recurrent_attention gated_delta_rule \
+  for op in ${XLAPEER_OPS:-flash_attention scaled_dot_product_attention attention ring_attention blocksparse_attention \
+      native_sparse_attention deepseek_attn flash_mla page_attention ragged_decode_attention ragged_page_attention_v2 \
+      ragged_page_attention_v3 unified_attention prefill_page_attention grouped_matmul mean_pooling recurrent_cell \
+      state_space_v1 state_space_v2 gla_attention lightning_attention recurrent_attention gated_delta_rule \
       kernel_delta_attention}; do
     timeout ${XLAPEER_S:-15} python3 -m ejkernel bench $op --impl xla --dtype bfloat16 --repeats ${REPEATS:-3} \
       --json "$out/xlapeers/$op.json" > "$out/xlapeers/$op.txt" 2>&1

@@ -137,6 +137,22 @@ def test_bench_page_attention_reports_bandwidth(tmp_path):
     assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
 
 
+def test_bench_ratios_take_each_cases_first_peer_with_a_record():
+    """Several peer names in order of preference: each case's ratio is against the first that
+    has a record of that case (a decode step's kernel peer, a mixed step's dense peer)."""
+    from ejkernel.ops.benchmark import add_ratios
+
+    rows = [("dec", "xla", 2.0), ("dec", "page_attention", 1.0), ("dec", "jax.nn[xla] dense", 4.0)]
+    rows += [("mixed", "xla", 3.0), ("mixed", "jax.nn[xla] dense", 1.5), ("alone", "xla", 1.0)]
+    records = [{"label": label, "impl": impl, "gbps": g} for label, impl, g in rows]
+    add_ratios(records, ("gbps",), ("page_attention", "jax.nn[xla] dense"))
+    got = {(r["label"], r["impl"]): (r["peer"], r["ratio_gbps"]) for r in records}
+    assert got[("dec", "xla")] == ("page_attention", 2.0)
+    assert got[("dec", "jax.nn[xla] dense")] == ("page_attention", 4.0)
+    assert got[("mixed", "xla")] == ("jax.nn[xla] dense", 2.0)
+    assert got[("alone", "xla")] == (None, None)
+
+
 def _fake_loops(monkeypatch, timing):
     """Programs that return their loop length instead of running; the lengths built, in order."""
     lengths = []
@@ -275,6 +291,22 @@ def test_bench_argument_errors_are_usage_errors(capsys, argv, message):
     """Bad arguments end as argparse-style one-liners with exit code 2, never a traceback."""
     with pytest.raises(SystemExit) as e:
         main(["bench", "flash_attention", "--repeats", "1", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["attention", "--varlen", "2"], "bad --varlen 2: attention takes no packed sequences"),
+        (["ring_attention", "--varlen", "2"], "bad --varlen 2: ring_attention takes no packed sequences"),
+        (["ring_attention", "--devices", "99"], "bad --devices 99: between 1 and the"),
+    ],
+)
+def test_bench_dense_attention_variants_refuse_what_they_cannot_run(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *argv, "--repeats", "1"])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -1,9 +1,17 @@
 """The plain-JAX peers ``ejkernel bench`` times the XLA paths against compute what the ops compute:
 each peer, on its benchmark's inputs (float32, a length that is not a whole number of chunks, GQA
-heads and milder gates for the delta rule), equals the op's float32 reference."""
+heads and milder gates for the delta rule; for the serving ops, steps mixing decodes and chunks
+at contexts that are not whole pages), equals the op's float32 reference."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -41,3 +49,86 @@ def test_delta_peer_matches_reference(op):
     peer = delta_peer(op, (q, k, v, beta, gate) if kda else (q, k, v, gate, beta))
     got = peer.fn(*peer.arrays)
     _close(got, delta_rule_reference(q, k, v, beta, gate, use_qk_l2norm=True))
+
+
+def _bench_peers(op, argv):
+    """``(peer name, check status)`` of every peer of ``ejkernel bench <op> argv``'s cases, each
+    peer's output checked against the op's float32 reference by the bench's own check."""
+    bench = op_class(op).get_bench()
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    ns = parser.parse_args(argv)
+    ns.repeats = 1
+    out = []
+    for case in bench.cases(ns, "float32", peers=True, check=True):
+        # cuDNN takes no float32 inputs (on a GPU); its peer is the XLA one's with implementation= changed.
+        for peer in (p for p in case.peers if "[cudnn]" not in p.name):
+            got = jax.jit(peer.fn)(*peer.arrays)
+            out.append((peer.name, case.check(peer.to_op(got) if peer.to_op else got)[0]))
+    return out
+
+
+SERVING = ["--h", "4", "--hk", "2", "--d", "16", "--page-size", "8"]
+MIXED = ["--decodes", "3", "--context", "40", "--chunks", "2", "--chunk", "7", "--chunk-context", "33"]
+DECODES = ["--decodes", "3", "--context", "37", "--chunks", "0"]
+PROMPTS = ["--decodes", "0", "--chunks", "2", "--chunk", "20", "--chunk-context", "20"]
+
+
+@pytest.mark.parametrize(
+    ("op", "step", "names"),
+    [
+        ("ragged_page_attention_v2", MIXED, ["jax.nn[xla] dense"]),
+        ("ragged_page_attention_v2", DECODES, ["page_attention", "jax.nn[xla] dense decode"]),
+        ("ragged_page_attention_v2", PROMPTS, ["jax.nn[xla] dense", "flash_attention varlen"]),
+        ("unified_attention", MIXED, ["jax.nn[xla] dense"]),
+        ("unified_attention", DECODES, ["page_attention", "jax.nn[xla] dense decode"]),
+        ("ragged_page_attention_v3", MIXED, ["jax.nn[xla] dense"]),
+        ("ragged_page_attention_v3", DECODES, ["page_attention", "jax.nn[xla] dense decode"]),
+        ("ragged_page_attention_v3", PROMPTS, ["jax.nn[xla] dense", "flash_attention varlen"]),
+        ("prefill_page_attention", ["--chunk", "9", "--context", "37"], ["jax.nn[xla] dense"]),
+        (
+            "prefill_page_attention",
+            ["--chunk", "37", "--context", "37"],
+            ["jax.nn[xla] dense", "flash_attention varlen"],
+        ),
+    ],
+    ids=lambda x: x if isinstance(x, str) else None,
+)
+def test_serving_peers_match_reference(op, step, names):
+    """The gather + dense peers (and the kernels beside them) on a serving bench's step: for
+    ``ragged_page_attention_v3``, the attention on the cache the step writes."""
+    assert _bench_peers(op, step + SERVING) == [(n, "ok") for n in names]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--shape", "2,40,48,4,2,16", "--causal", "both"],
+        ["--shape", "1,48,40,4,4,16", "--causal", "yes"],  # the first 8 rows see no key
+        ["--shape", "1,40,40,4,2,16", "--window", "6,2"],
+    ],
+    ids=["causal", "rows-without-keys", "window"],
+)
+def test_attention_peer_matches_reference_with_weights(options):
+    """``plain softmax`` returns the op's pair: the output and the weights both match."""
+    peers = _bench_peers("attention", options)
+    assert peers and set(peers) == {("plain softmax", "ok")}
+
+
+def test_ring_attention_peer_on_one_device():
+    assert _bench_peers("ring_attention", ["--shape", "2,64,64,4,2,16", "--causal", "both"]) == [
+        ("jax.nn[xla]", "ok"),
+        ("jax.nn[xla]", "ok"),
+    ]
+
+
+def test_ring_attention_bench_over_a_mesh(tmp_path):
+    """``--devices 2`` on two host devices: the ring under ``shard_map`` and the jax.nn peer on
+    the same sequence-sharded inputs, both checked against the reference."""
+    out = tmp_path / "r.json"
+    argv = ["--impl", "xla", "--shape", "1,32,2,16", "--causal", "yes", "--fwd-only", "--repeats", "1"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "ejkernel", "bench", "ring_attention", "--devices", "2", *argv, "--json", str(out)]
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=600)
+    records = json.loads(out.read_text())
+    assert {(r["impl"], r["devices"], r["check"]) for r in records} == {("xla", 2, "ok"), ("jax.nn[xla]", 2, "ok")}

@@ -82,14 +82,16 @@ class OpBench:
 
     ``metric`` is ``"tflops"`` (compute-bound: forward FLOPs, forward+backward counted as
     ``backward_factor + 1`` times that) or ``"gbps"`` (memory-bound: bytes per call). ``peer``
-    names the peer the ratios are taken against (its name, or a callable of the device platform).
+    names the peer the ratios are taken against (its name, or a callable of the device platform),
+    or several in order of preference: each case's ratios are against the first with a record of
+    that case (cases of one op may have different peers, and a peer may decline a shape).
     ``default_dtype`` is ``--dtype``'s default (an op whose benchmark shape is a 16-bit model's).
     """
 
     metric: str = "tflops"
     default_dtype: str = "float32"
     backward_factor: float = 2.5
-    peer: str | Callable[[str], str] | None = None
+    peer: str | tuple[str, ...] | Callable[[str], str | tuple[str, ...]] | None = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The op's command-line options of ``ejkernel bench <op>``."""
@@ -99,8 +101,14 @@ class OpBench:
         (the command line turns it into a usage error)."""
         raise NotImplementedError
 
+    def ratio_peers(self, platform: str) -> tuple[str, ...]:
+        """The peers the ratios are taken against on ``platform``, in order of preference."""
+        names = self.peer(platform) if callable(self.peer) else self.peer
+        return () if names is None else (names,) if isinstance(names, str) else tuple(names)
+
     def ratio_peer(self, platform: str) -> str | None:
-        return self.peer(platform) if callable(self.peer) else self.peer
+        """The first of :meth:`ratio_peers` (``None``: none)."""
+        return next(iter(self.ratio_peers(platform)), None)
 
     def summary(self, records: list[dict[str, Any]], ns: argparse.Namespace) -> list[str]:
         """Lines the command line prints after the table (comparisons across cases); default none."""
@@ -260,10 +268,10 @@ def run(
             records.append(rec)
             if on_record is not None:
                 on_record(records)
-    ratio_peer = bench.ratio_peer(device_for_arrays([]).platform)
-    if ratio_peer is not None:
+    ratio_peers = bench.ratio_peers(device_for_arrays([]).platform)
+    if ratio_peers:
         keys = ("fwd_tflops", "fwdbwd_tflops") if bench.metric == "tflops" else ("gbps",)
-        add_ratios(records, keys, ratio_peer)
+        add_ratios(records, keys, ratio_peers)
     return records
 
 
@@ -286,12 +294,16 @@ def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:
     return tuple((k, json.dumps(v)) for k, v in sorted(r.items()) if k not in skip and not k.startswith("ratio"))
 
 
-def add_ratios(records: list[dict[str, Any]], keys: Sequence[str], peer_name: str) -> None:
-    """Each record's ``ratio_<key>`` against the peer's record of the same case."""
-    by_shape = {_shape_key(r): r for r in records if r["impl"] == peer_name}
+def add_ratios(records: list[dict[str, Any]], keys: Sequence[str], peer_name: str | Sequence[str]) -> None:
+    """Each record's ``ratio_<key>`` against the peer's record of the same case (of several peer
+    names, the first with a record of that case)."""
+    names = [peer_name] if isinstance(peer_name, str) else list(peer_name)
+    by_shape: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name in reversed(names):  # a preferred peer's record replaces a later one's
+        by_shape.update((_shape_key(r), r) for r in records if r["impl"] == name)
     for r in records:
         p = by_shape.get(_shape_key(r))
-        r["peer"] = peer_name if p else None
+        r["peer"] = p["impl"] if p else None
         for key in keys:
             mine, theirs = r.get(key), (p or {}).get(key)
             r[f"ratio_{key}"] = (mine / theirs) if (mine and theirs) else None

@@ -1,6 +1,10 @@
-"""The plain-JAX peers of the linear-recurrence ops: the chunked formulations a user would write in
-``jnp`` (no custom VJP, no rematerialization), which ``ejkernel bench`` times beside the XLA
-implementations on the same inputs.
+"""The plain-JAX peers ``ejkernel bench`` times beside the XLA implementations on the same inputs:
+the formulations a user would write in ``jnp`` (no custom VJP, no rematerialization).
+
+- :func:`softmax_attention`: ``softmax(scale · q kᵀ) v`` with every logit materialized, returning
+  the weights too. ``attention``.
+
+The linear-recurrence ops' chunked forms:
 
 - :func:`ssd_chunked`: Mamba-2's SSD chunked form with one scalar log decay per token and head
   (Dao & Gu, "Transformers are SSMs", 2024, the ``ssd_minimal`` listing): the intra-chunk decays
@@ -17,7 +21,7 @@ implementations on the same inputs.
   per pair (and channel), a triangular solve for ``(I + A)⁻¹`` and a ``lax.scan`` over chunks.
   ``gated_delta_rule`` (scalar gate) and ``kernel_delta_attention`` (per-channel gate).
 
-Shapes are ``[batch, seq, heads, dim]`` with as many key heads as value heads (callers repeat
+The chunked forms take ``[batch, seq, heads, dim]`` with as many key heads as value heads (callers repeat
 GQA heads); the sequence is padded to a whole number of chunks with zero inputs and gates (which
 leave the state unchanged). Float32 inside; outputs float32.
 """
@@ -31,10 +35,42 @@ import jax.numpy as jnp
 
 from ..ops.families.delta_rule import l2norm
 
-__all__ = ["delta_rule_chunked", "gla_chunked", "ssd_chunked"]
+__all__ = ["delta_rule_chunked", "gla_chunked", "softmax_attention", "ssd_chunked"]
 
 F32 = jnp.float32
 HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def softmax_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    window: tuple[int, int] | None = None,
+    scale: float | None = None,
+) -> tuple[Any, Any]:
+    """``(softmax(scale · q kᵀ) v, weights)``: ``q [b, sq, h, d]``, ``k [b, sk, hk, d]``, ``v [b, sk,
+    hk, dv]`` (each key head serving ``h / hk`` query heads) → ``(output [b, sq, h, dv], weights
+    [b, h, sq, sk])`` in ``q``'s dtype. Query ``i`` sits at position ``i + sk - sq`` (aligned to
+    the keys' end): ``causal`` keeps keys at or before it, ``window (left, right)`` keys within
+    ``left`` before and ``right`` after. The softmax is in float32; a row that sees no key gets
+    zero weights. ``scale`` defaults to ``1/sqrt(d)``."""
+    sq, h, d = q.shape[1:]
+    sk, hk = k.shape[1], k.shape[2]
+    scale = d**-0.5 if scale is None else scale
+    k, v = (jnp.repeat(x, h // hk, axis=2) for x in (k, v))
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=F32) * scale
+    i = jnp.arange(sq)[:, None] + (sk - sq)
+    j = jnp.arange(sk)[None, :]
+    mask = jnp.ones((sq, sk), bool)
+    if causal:
+        mask &= j <= i
+    if window is not None:
+        mask &= (j >= i - window[0]) & (j <= i + window[1])
+    weights = jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(F32).min), axis=-1) * mask
+    weights = weights.astype(q.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v.astype(q.dtype)), weights
 
 
 def _chunks(x: Any, chunk: int) -> Any:

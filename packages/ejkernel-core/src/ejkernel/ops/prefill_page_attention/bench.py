@@ -2,8 +2,13 @@
 
 One prefill step of one sequence: the last ``--chunk`` tokens of a ``--context`` over randomly
 permuted pages. Reported as TFLOP/s of the attention the chunk does (4 · heads · head dim per
-attended (query, key) pair, under the causal mask). No peer yet (the dense twin would first gather
-the pages).
+attended (query, key) pair, under the causal mask). Peers, on the same values: the gather + dense
+``jax.nn.dot_product_attention`` of ``ragged_page_attention_v2``'s bench
+(:func:`~ejkernel.ops.ragged_page_attention_v2.bench.dense_peers`: cuDNN on a GPU, XLA) over the
+context gathered from the pages to one dense sequence, the chunk's queries under the causal mask
+aligned to the context's end (ratios against cuDNN on a GPU where it accepts, else XLA); a chunk that is the
+whole prompt (``--chunk == --context``) also beside ``flash_attention`` varlen. The gathering
+happens once, outside the timed calls.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 
 from ..benchmark import BenchCase, OpBench
 from ..flash_attention.bench import make_check
+from ..ragged_page_attention_v2.bench import ServingStep, dense_peer_names, step_peers
 from .reference import prefill_page_attention_reference
 
 __all__ = ["BENCH", "PrefillChunk", "PrefillPageAttentionBench"]
@@ -41,6 +47,8 @@ class PrefillChunk:
 
 class PrefillPageAttentionBench(OpBench):
     metric = "tflops"
+
+    peer = staticmethod(dense_peer_names)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--chunk", type=int, default=512, help="query tokens of the chunk")
@@ -77,6 +85,14 @@ class PrefillPageAttentionBench(OpBench):
             ref32 = prefill_page_attention_reference(*arrays)
             ref_low = prefill_page_attention_reference(*arrays, dtype=jdt, precision=LOW_PRECISION).astype(jdt)
             check_fn = make_check(dtype, ref32, ref_low, lambda o: o)
+        case_peers = []
+        if peers:  # the same pages as [pages, page_size, hk, d] caches of one sequence
+            step = ServingStep(
+                0, 0, 1, chunk=s.chunk, chunk_context=s.context, h=s.h, hk=s.hk, d=s.d, page_size=s.page_size
+            )
+            caches = (jnp.moveaxis(c, 0, 2) for c in (kc, vc))
+            qsl = jnp.asarray([0, s.chunk], jnp.int32)
+            case_peers = step_peers(step, q, *caches, arrays[3], arrays[4][None], qsl)
         return [
             BenchCase(
                 label=s.label(),
@@ -84,6 +100,7 @@ class PrefillPageAttentionBench(OpBench):
                 arrays=arrays,
                 options={},
                 cost=4.0 * s.h * s.d * s.attended_pairs(),
+                peers=case_peers,
                 check=check_fn,
             )
         ]

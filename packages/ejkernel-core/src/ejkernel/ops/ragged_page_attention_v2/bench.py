@@ -6,12 +6,16 @@ permuted pages. Reported as GB/s of the cache rows the step must read (each sequ
 once) + queries read + output written, next to ``peak_gbps``, a device-to-device copy measured in
 the same run.
 
-Peers, on the same values: a decode-only step (``--chunks 0``) beside ``page_attention`` (the
-default implementation, over the cache's K and V halves as separate caches) and the dense decode
-of ``jax.nn.dot_product_attention`` (cuDNN on a GPU, XLA) over the gathered contexts; a
-prefill-only step whose chunks are whole prompts (``--decodes 0``, ``--chunk == --chunk-context``)
-beside ``flash_attention`` varlen (causal, ``cum_seqlens_q``) on the same tokens with a dense
-cache. The gathering and splitting happen once, outside the timed calls.
+Peers, on the same values: every step beside the gather + dense ``jax.nn.dot_product_attention``
+(cuDNN on a GPU, XLA; :func:`dense_peers`) over the contexts gathered from the pages, a plain
+decode for a decode-only step, the padded query rows under the causal mask otherwise; a
+decode-only step (``--chunks 0``) also beside ``page_attention`` (the default implementation,
+over the cache's K and V halves as separate caches); a prefill-only step whose chunks are whole
+prompts (``--decodes 0``, ``--chunk == --chunk-context``) also beside ``flash_attention`` varlen
+(causal, ``cum_seqlens_q``) on the same tokens with a dense cache. The gathering, splitting and
+padding happen once, outside the timed calls. Ratios are against ``page_attention`` beside a
+decode-only step, the gather + dense peer (cuDNN on a GPU where it accepts, else XLA) beside any
+other.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import dataclasses
 import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,7 +36,7 @@ from ..page_attention.bench import _dense_decode
 from ..timing import measure_copy_gbps
 from .reference import ragged_page_attention_v2_reference
 
-__all__ = ["BENCH", "RaggedPageAttentionv2Bench", "ServingStep"]
+__all__ = ["BENCH", "RaggedPageAttentionv2Bench", "ServingStep", "dense_peer_names", "dense_peers", "step_peers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,36 +72,79 @@ def _flash_varlen(q: Any, k: Any, v: Any, cu: Any) -> Any:
     return flash_attention(q, k, v, causal=True, cum_seqlens_q=cu)
 
 
+def dense_peer_names(platform: str) -> tuple[str, ...]:
+    """The names of :func:`dense_peers`' masked form on ``platform``, cuDNN's first."""
+    return tuple(f"jax.nn[{name}] dense" for name in (["cudnn"] if platform == "gpu" else []) + ["xla"])
+
+
+def _dense_step(implementation: str, q: Any, k: Any, v: Any, mask: Any) -> Any:
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def dense_peers(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl: Any) -> list[Peer]:
+    """The gather + dense peers of a serving step: ``jax.nn.dot_product_attention`` (``"cudnn"``
+    on a GPU, where it accepts the shapes, and ``"xla"``) over each sequence's context gathered
+    from its pages to a dense ``[seqs, max context, hk, d]`` batch. ``q`` is the packed query rows
+    ``[tokens, h, d]``, ``k_cache``/``v_cache`` ``[pages, page_size, hk, d]``, ``tables``
+    ``[seqs, pages_per_seq]``, ``lens`` each sequence's context (its new tokens included) and
+    ``qsl`` its first query row. A step of decodes at one context is a plain decode (one query per
+    sequence, no mask, ``jax.nn[...] dense decode``); any other step pads each sequence's query
+    rows to ``[seqs, max rows, h, d]`` under a mask where row ``j`` of a sequence of ``n`` rows
+    at context ``c`` attends keys ``<= c - n + j`` (causal, aligned to the context's end),
+    ``jax.nn[...] dense``. The gather, the padding and the mask are made here, outside the timed
+    calls; the padded rows are dropped when the output is checked."""
+    lens, tables, qsl = (np.asarray(x) for x in (lens, tables, qsl))
+    qlens = np.diff(qsl)
+    n, ctx = len(lens), int(lens.max())
+    hk, d = k_cache.shape[2:]
+    kd, vd = (c[jnp.asarray(tables)].reshape(n, -1, hk, d)[:, :ctx] for c in (k_cache, v_cache))
+    impls = (["cudnn"] if device_for_arrays([]).platform == "gpu" else []) + ["xla"]
+    if (qlens == 1).all() and (lens == ctx).all():
+        return [
+            Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd)) for name in impls
+        ]
+    mq = int(qlens.max())
+    valid = np.arange(mq) < qlens[:, None]  # [seqs, max rows]
+    rows = np.where(valid, qsl[:-1, None] + np.arange(mq), 0)
+    qp = jnp.where(jnp.asarray(valid)[..., None, None], q[jnp.asarray(rows)], 0)
+    last = lens[:, None] - qlens[:, None] + np.arange(mq)  # each row's position: its last key
+    mask = jnp.asarray((np.arange(ctx) <= last[..., None])[:, None])  # [seqs, 1, max rows, ctx]
+    live = jnp.asarray(np.flatnonzero(valid))  # the packed rows, in order
+    h = q.shape[1]
+    return [
+        Peer(
+            f"jax.nn[{name}] dense",
+            functools.partial(_dense_step, name),
+            (qp, kd, vd, mask),
+            to_op=lambda o: o.reshape(n * mq, h, -1)[live],
+        )
+        for name in impls
+    ]
+
+
 def step_peers(s: ServingStep, q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl: Any) -> list[Peer]:
     """The peers of a step on these values (module docstring): ``k_cache``/``v_cache`` are
-    ``[pages, page_size, hk, d]``, ``tables`` ``[seqs, pages_per_seq]``."""
+    ``[pages, page_size, hk, d]``, ``tables`` ``[seqs, pages_per_seq]``; :func:`dense_peers` on
+    every step, ``page_attention`` beside a decode-only step, ``flash_attention`` varlen beside a
+    step of whole prompts."""
+    peers = dense_peers(q, k_cache, v_cache, lens, tables, qsl)
     if s.chunks == 0:
-        kd, vd = (c[tables].reshape(s.decodes, -1, s.hk, s.d)[:, : s.context] for c in (k_cache, v_cache))
-        on_gpu = device_for_arrays([]).platform == "gpu"
-        return [
-            Peer("page_attention", _page_attention, (q, k_cache, v_cache, lens, tables)),
-            *(
-                Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd))
-                for name in (["cudnn"] if on_gpu else []) + ["xla"]
-            ),
-        ]
-    if s.decodes == 0 and s.chunk == s.chunk_context:
+        peers.insert(0, Peer("page_attention", _page_attention, (q, k_cache, v_cache, lens, tables)))
+    elif s.decodes == 0 and s.chunk == s.chunk_context:
         pages = -(-s.chunk // s.page_size)
         kd, vd = (c[tables].reshape(s.chunks * pages, s.page_size, s.hk, s.d) for c in (k_cache, v_cache))
         kd, vd = (x.reshape(s.chunks, -1, s.hk, s.d)[:, : s.chunk].reshape(1, -1, s.hk, s.d) for x in (kd, vd))
-        return [
-            Peer("flash_attention varlen", _flash_varlen, (q[None], kd, vd, qsl), to_op=lambda o: o[0]),
-        ]
-    return []
+        peers.append(Peer("flash_attention varlen", _flash_varlen, (q[None], kd, vd, qsl), to_op=lambda o: o[0]))
+    return peers
 
 
 class RaggedPageAttentionv2Bench(OpBench):
     metric = "gbps"
 
     @staticmethod
-    def peer(platform: str) -> str:
-        # Ratios are taken against the decode peer; a prefill row's peer is in its own records.
-        return "page_attention"
+    def peer(platform: str) -> tuple[str, ...]:
+        # page_attention beside a decode-only step; the gather + dense peer beside any other.
+        return ("page_attention", *dense_peer_names(platform))
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--decodes", type=int, default=8, help="decoding sequences (one token each)")

@@ -5,7 +5,10 @@ One continuous-batching step, described as ``ragged_page_attention_v2``'s (the s
 ``--chunk`` tokens at the end of ``--chunk-context``, on randomly permuted blocks of separate key
 and value caches. Reported as GB/s of the cache rows the step must read (each sequence's context
 once) + queries read + output written, next to ``peak_gbps``, a device-to-device copy measured in
-the same run. No peer yet.
+the same run. Peers: ``ragged_page_attention_v2``'s
+(:func:`~ejkernel.ops.ragged_page_attention_v2.bench.step_peers`) on the same caches: the gather +
+dense ``jax.nn.dot_product_attention`` on every step, ``page_attention`` beside a decode-only step,
+``flash_attention`` varlen beside whole prompts; ratios as there.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 from ..benchmark import BenchCase
 from ..flash_attention.bench import make_check
-from ..ragged_page_attention_v2.bench import RaggedPageAttentionv2Bench
+from ..ragged_page_attention_v2.bench import RaggedPageAttentionv2Bench, step_peers
 from ..timing import measure_copy_gbps
 from .reference import unified_attention_reference
 
@@ -48,6 +51,7 @@ class UnifiedAttentionBench(RaggedPageAttentionv2Bench):
             ref_low = unified_attention_reference(*arrays, dtype=jdt, precision=LOW_PRECISION).astype(jdt)
             check_fn = make_check(dtype, ref32, ref_low, lambda o: o)
         peak = measure_copy_gbps(min(4 * kc.nbytes, 2**31), getattr(ns, "repeats", 10))
+        case_peers = step_peers(s, q, kc, vc, *arrays[3:]) if peers else []
         return [
             BenchCase(
                 label=s.label(),
@@ -55,6 +59,7 @@ class UnifiedAttentionBench(RaggedPageAttentionv2Bench):
                 arrays=arrays,
                 options={},
                 cost=nbytes,
+                peers=case_peers,
                 check=check_fn,
                 extra={"peak_gbps": peak},
             )
