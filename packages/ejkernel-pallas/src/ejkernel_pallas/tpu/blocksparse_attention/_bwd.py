@@ -26,7 +26,7 @@ from ejkernel.ops.blocksparse_attention.mask import BlockLayout
 
 from .._pallas import compiler_params
 from .._tiling import NUM_LANES, NUM_SUBLANES, round_up
-from ..flash_attention._bwd import _probs_and_dlogits, _row_stat
+from ..flash_attention._bwd import probs_and_dlogits, row_stat
 from ..flash_attention._fwd import pad_heads_and_seq, segment_tiles
 from ._fwd import pairwise_tiles, query_major_specs
 from ._spec import F32, Schedule, Spec, fine_mask
@@ -57,7 +57,7 @@ def _dq_kernel(
     def update(masked: bool):
         mask = fine_mask(flags, block_k, pm_ref, q_seg_ref, kv_seg_ref, am_ref) if masked else None
         k = k_ref[...]
-        _, ds = _probs_and_dlogits(spec, q_ref[...], k, v_ref[...], do_ref[...], lse_ref[...], di_ref[...], mask)
+        _, ds = probs_and_dlogits(spec, q_ref[...], k, v_ref[...], do_ref[...], lse_ref[...], di_ref[...], mask)
         dq_scr[...] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=F32)  # [bq, d]
 
     run = t < count_ref[sched.row(bi, i)]
@@ -86,7 +86,7 @@ def _dkv_kernel(
     def update(masked: bool):
         mask = fine_mask(flags, block_k, pm_ref, q_seg_ref, kv_seg_ref, am_ref) if masked else None
         q, do = q_ref[...], do_ref[...]
-        p, ds = _probs_and_dlogits(spec, q, k_ref[...], v_ref[...], do, lse_ref[...], di_ref[...], mask)
+        p, ds = probs_and_dlogits(spec, q, k_ref[...], v_ref[...], do, lse_ref[...], di_ref[...], mask)
         # Pᵀ and dSᵀ transposed explicitly in float32, then plain [bk, bq] @ [bq, d] matmuls (as
         # the flash dK/dV kernel does).
         dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=F32)
@@ -116,8 +116,8 @@ def backward(
     # D = rowsum(dO ∘ O) elementwise: exact float32 (an einsum would be a matmul at the TPU's
     # default, bfloat16-pass precision).
     delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1)
-    lse_in = _row_stat(jnp.where(lse == -jnp.inf, jnp.inf, lse), sq_pad, jnp.inf)  # P = 0 where empty
-    di_in = _row_stat(delta, sq_pad, 0.0)
+    lse_in = row_stat(jnp.where(lse == -jnp.inf, jnp.inf, lse), sq_pad, jnp.inf)  # P = 0 where empty
+    di_in = row_stat(delta, sq_pad, 0.0)
     qp, dop = pad_heads_and_seq(q, sq_pad, d), pad_heads_and_seq(dout, sq_pad, dv)
     kp, vp = pad_heads_and_seq(k, sk_pad, d), pad_heads_and_seq(v, sk_pad, dv)
     pm = layout.partial_masks.astype(jnp.int32)

@@ -22,9 +22,9 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ejkernel.ops.blocksparse_attention.mask import BlockLayout
 
-from .._pallas import compiler_params, lanes, smem_spec
+from .._pallas import compiler_params, smem_spec
 from .._tiling import MASK_VALUE, NUM_LANES, NUM_SUBLANES, round_up
-from ..flash_attention._fwd import pad_heads_and_seq, segment_tiles
+from ..flash_attention._fwd import pad_heads_and_seq, segment_tiles, softmax_step, write_output
 from ..flash_attention._spec import logits
 from ._spec import F32, Schedule, Spec, fine_mask
 
@@ -86,7 +86,6 @@ def _fwd_kernel(
         sinks_ref = refs.pop(0)
     o_ref, lse_ref, m_scr, l_scr, acc_scr = refs
     block_k = spec.fwd_blocks[1]
-    dv = acc_scr.shape[-1]
     bi, h, i, t = pl.program_id(0), pl.program_id(1), pl.program_id(2), pl.program_id(3)
     flags = flags_ref[sched.slot(bi, i, t)]
 
@@ -98,20 +97,8 @@ def _fwd_kernel(
 
     def update(masked: bool):
         s, _ = logits(spec, q_ref[...], k_ref[...])  # [bq, bk]
-        if masked:
-            mask = fine_mask(flags, block_k, pm_ref, q_seg_ref, kv_seg_ref, am_ref)
-            s = jnp.where(mask, s, MASK_VALUE)
-        m_prev, l_prev = m_scr[...], l_scr[...]  # [bq, 128]
-        m_next = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
-        p = jnp.exp(s - lanes(m_next, block_k))
-        if masked:  # a row that has seen only masked keys has m_next == MASK_VALUE: exp(0) = 1
-            p = jnp.where(mask, p, 0.0)
-        alpha = jnp.exp(m_prev - m_next)
-        l_scr[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
-        m_scr[...] = m_next
-        v = v_ref[...]
-        pv = jax.lax.dot(p.astype(v.dtype), v, preferred_element_type=F32)  # [bq, dv]
-        acc_scr[...] = acc_scr[...] * lanes(alpha, dv) + pv
+        mask = fine_mask(flags, block_k, pm_ref, q_seg_ref, kv_seg_ref, am_ref) if masked else None
+        softmax_step(s, mask, v_ref, m_scr, l_scr, acc_scr)
 
     run = t < count_ref[sched.row(bi, i)]
     pl.when(jnp.logical_and(run, flags == 0))(functools.partial(update, False))
@@ -119,22 +106,7 @@ def _fwd_kernel(
 
     @pl.when(t == sched.width - 1)
     def _finalize():
-        m_i, l_i, acc = m_scr[...], l_scr[...], acc_scr[...]
-        if sinks_ref is not None:  # sinks join the denominator and carry no value
-            sinks = [sinks_ref[h * spec.num_sinks + j] for j in range(spec.num_sinks)]
-            m_new = m_i
-            for s_j in sinks:
-                m_new = jnp.maximum(m_new, s_j)
-            alpha = jnp.exp(m_i - m_new)
-            l_i = l_i * alpha
-            for s_j in sinks:
-                l_i = l_i + jnp.exp(s_j - m_new)
-            acc = acc * lanes(alpha, dv)
-            m_i = m_new
-        nonempty = l_i > 0.0  # rows that attend nothing return zeros, never NaN
-        l_safe = jnp.where(nonempty, l_i, 1.0)
-        o_ref[...] = (acc * lanes(jnp.where(nonempty, 1.0 / l_safe, 0.0), dv)).astype(o_ref.dtype)
-        lse_ref[...] = jnp.where(nonempty, m_i + jnp.log(l_safe), -jnp.inf)
+        write_output(h, spec.num_sinks, sinks_ref, m_scr, l_scr, acc_scr, o_ref, lse_ref)
 
 
 def forward(
