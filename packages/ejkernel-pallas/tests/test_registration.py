@@ -21,6 +21,7 @@ from ejkernel.ops.page_attention.cases import PageAttentionCase
 from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Config
 from ejkernel.ops.ragged_page_attention_v2.cases import RaggedPageCase
 from ejkernel.testing import conformance as C
+from ejkernel_pallas.tpu.blocksparse_attention import PallasTpuBlockSparseAttention
 from ejkernel_pallas.tpu.flash_attention import PallasTpuFlashAttention
 from ejkernel_pallas.tpu.flash_attention import heuristics as FH
 from ejkernel_pallas.tpu.flash_attention._plan import plan_blocks, row_bounds
@@ -55,6 +56,7 @@ check = kernel_registry.check
 @pytest.mark.parametrize(
     ("op", "cls"),
     [
+        ("blocksparse_attention", PallasTpuBlockSparseAttention),
         ("flash_attention", PallasTpuFlashAttention),
         ("page_attention", PallasTpuPageAttention),
         ("ragged_page_attention_v2", PallasTpuRaggedPageAttentionv2),
@@ -77,6 +79,7 @@ def test_no_ring_attention_without_the_lse_protocol():
     assert "pallas" not in [i.name for i in kernel_registry.implementations("ring_attention")]
     info = {b.name: b for b in kernel_registry.backends()}["pallas"]
     assert sorted(info.implementations) == [
+        "blocksparse_attention/pallas",
         "flash_attention/pallas",
         "grouped_matmul/pallas",
         "page_attention/pallas",
@@ -215,6 +218,29 @@ def test_flash_heuristics_follow_the_tiling_rules(dtype):
     # Long sequences and wide heads: the heuristic shrinks the blocks to fit the VMEM budget.
     p = FH.heuristic_bwd(8192, 8192, 256, 256, dtype, True)
     assert FH.bwd_vmem_bytes(p.q_blocksize, p.kv_blocksize, 256, 256, 2, True) <= 12 << 20
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_blocksparse_heuristic_fits_and_follows_the_tiling_rules(dtype, d, pairwise):
+    """The heuristic tiles (the flash kernels' 512 x 512 / 256 x 512, halved to fit) pass the
+    implementation's own validation (tile rules, the VMEM budget) on a long sequence."""
+    impl = registered("blocksparse_attention")
+    x = jnp.zeros((1, 2, 4096, d), dtype)
+    kw = dict(query=x, key=x, value=x, causal=True)
+    if pairwise:
+        kw["attention_mask"] = jnp.ones((1, 1, 4096, 4096), bool)
+    args = C.bind("blocksparse_attention", **kw)
+    cfg = impl.heuristic_cfg(args, TPU)
+    impl.validate_cfg(cfg, args, TPU)
+    for p in (cfg.fwd_params, cfg.bwd_params):
+        assert p.q_blocksize % (16 if dtype == "bfloat16" else 8) == 0 and p.kv_blocksize % 128 == 0
+    if d <= 128 and not pairwise:
+        assert (cfg.fwd_params.q_blocksize, cfg.fwd_params.kv_blocksize) == (512, 512)
+    bad = dataclasses.replace(cfg, fwd_params=FwdParams(q_blocksize=1024, kv_blocksize=8192))
+    with pytest.raises(ValueError, match="VMEM"):
+        impl.validate_cfg(bad, args, TPU)
 
 
 def test_flash_validate_cfg():

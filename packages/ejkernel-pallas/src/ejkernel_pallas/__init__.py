@@ -21,6 +21,7 @@ PRIORITY = 100
 #: also where the package is not installed (importing it stays cheap: no kernel module is imported).
 OPS = (
     "flash_attention",
+    "blocksparse_attention",
     "page_attention",
     "grouped_matmul",
     "ragged_page_attention_v2",
@@ -32,6 +33,7 @@ def register(registry: Any) -> None:
     from ejkernel.ops import Backend, Platform
     from ejkernel.ops.support import register_declared
 
+    from .tpu.blocksparse_attention import PallasTpuBlockSparseAttention
     from .tpu.flash_attention import PallasTpuFlashAttention
     from .tpu.grouped_matmul import PallasTpuGroupedMatmul
     from .tpu.page_attention import PallasTpuPageAttention
@@ -39,6 +41,7 @@ def register(registry: Any) -> None:
 
     impls = {
         "flash_attention": PallasTpuFlashAttention,
+        "blocksparse_attention": PallasTpuBlockSparseAttention,
         "page_attention": PallasTpuPageAttention,
         "grouped_matmul": PallasTpuGroupedMatmul,
         "ragged_page_attention_v2": PallasTpuRaggedPageAttentionv2,

@@ -29,7 +29,7 @@ from ._plan import plan_blocks
 from ._spec import F32, NT_DIMS, Spec, element_mask, logits
 
 
-def _probs_and_dlogits(spec: Spec, q, k, v, do, lse, di, mask) -> tuple[Any, Any]:
+def probs_and_dlogits(spec: Spec, q, k, v, do, lse, di, mask) -> tuple[Any, Any]:
     """``P`` and ``dS`` (with respect to the scaled, uncapped logits) of one ``[bq, bk]`` tile."""
     block_k = k.shape[0]
     s, t = logits(spec, q, k)
@@ -72,7 +72,7 @@ def _dq_kernel(
                 k_padded,
             )  # fmt: skip
         k = k_ref[...]
-        _, ds = _probs_and_dlogits(spec, q_ref[...], k, v_ref[...], do_ref[...], lse_ref[...], di_ref[...], mask)
+        _, ds = probs_and_dlogits(spec, q_ref[...], k, v_ref[...], do_ref[...], lse_ref[...], di_ref[...], mask)
         dq_scr[...] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=F32)  # [bq, d]
 
     run = kb < kv_hi_ref[i]
@@ -109,7 +109,7 @@ def _dkv_kernel(
                 k_padded,
             )  # fmt: skip
         q, do = q_ref[...], do_ref[...]
-        p, ds = _probs_and_dlogits(spec, q, k_ref[...], v_ref[...], do, lse_ref[...], di_ref[...], mask)
+        p, ds = probs_and_dlogits(spec, q, k_ref[...], v_ref[...], do, lse_ref[...], di_ref[...], mask)
         # Pᵀ and dSᵀ are transposed explicitly in float32 (one XLU transpose per tile, as in JAX's
         # TPU flash attention) and then fed to plain [bk, bq] @ [bq, d] matmuls.
         dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=F32)
@@ -127,7 +127,7 @@ def _dkv_kernel(
         dv_ref[...] = dv_scr[...].astype(dv_ref.dtype)
 
 
-def _row_stat(x: Any, seq: int, pad_value: float) -> Any:
+def row_stat(x: Any, seq: int, pad_value: float) -> Any:
     """``[b, h, s]`` float32 → lane-replicated ``[b, h, seq, 128]`` (padding rows: ``pad_value``)."""
     x = jnp.pad(x.astype(F32), ((0, 0), (0, 0), (0, seq - x.shape[2])), constant_values=pad_value)
     return jax.lax.broadcast_in_dim(x, (*x.shape, NUM_LANES), (0, 1, 2))
@@ -152,8 +152,8 @@ def backward(
     # D = rowsum(dO ∘ O), elementwise: exact float32 (an einsum is a matmul at the TPU's default,
     # bfloat16-pass precision)
     delta = (dout.astype(F32) * out.astype(F32)).sum(axis=-1)
-    lse_in = _row_stat(jnp.where(lse == -jnp.inf, jnp.inf, lse), sq_pad, jnp.inf)  # P = 0 where empty
-    di_in = _row_stat(delta, sq_pad, 0.0)
+    lse_in = row_stat(jnp.where(lse == -jnp.inf, jnp.inf, lse), sq_pad, jnp.inf)  # P = 0 where empty
+    di_in = row_stat(delta, sq_pad, 0.0)
     qp, dop = pad_heads_and_seq(q, sq_pad, d), pad_heads_and_seq(dout, sq_pad, dv)
     kp, vp = pad_heads_and_seq(k, sk_pad, d), pad_heads_and_seq(v, sk_pad, dv)
     seg_inputs = segment_tiles(q_seg, kv_seg, sq_pad, sk_pad) if spec.has_segments else ()

@@ -67,7 +67,6 @@ def _fwd_kernel(
         sinks_ref = refs.pop(0)
     o_ref, lse_ref, m_scr, l_scr, acc_scr = refs
     block_q, block_k = spec.fwd_blocks
-    dv = acc_scr.shape[-1]
     h, i, step = pl.program_id(1), pl.program_id(2), pl.program_id(3)
     kb = kv_lo_ref[i] + step
 
@@ -79,6 +78,7 @@ def _fwd_kernel(
 
     def update(masked: bool):
         s, _ = logits(spec, q_ref[...], k_ref[...])  # [bq, bk]
+        mask = None
         if masked:
             mask = element_mask(
                 spec, i * block_q, kb * block_k, s.shape,
@@ -86,18 +86,7 @@ def _fwd_kernel(
                 kv_seg_ref[...] if kv_seg_ref is not None else None,
                 k_padded,
             )  # fmt: skip
-            s = jnp.where(mask, s, MASK_VALUE)
-        m_prev, l_prev = m_scr[...], l_scr[...]  # [bq, 128]
-        m_next = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
-        p = jnp.exp(s - lanes(m_next, block_k))
-        if masked:  # a row that has seen only masked keys has m_next == MASK_VALUE: exp(0) = 1
-            p = jnp.where(mask, p, 0.0)
-        alpha = jnp.exp(m_prev - m_next)
-        l_scr[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
-        m_scr[...] = m_next
-        v = v_ref[...]
-        pv = jax.lax.dot(p.astype(v.dtype), v, preferred_element_type=F32)  # [bq, dv]
-        acc_scr[...] = acc_scr[...] * lanes(alpha, dv) + pv
+        softmax_step(s, mask, v_ref, m_scr, l_scr, acc_scr)
 
     run = kb < kv_hi_ref[i]
     full = jnp.logical_and(kb >= full_lo_ref[i], kb < full_hi_ref[i])
@@ -106,22 +95,50 @@ def _fwd_kernel(
 
     @pl.when(step == steps - 1)
     def _finalize():
-        m_i, l_i, acc = m_scr[...], l_scr[...], acc_scr[...]
-        if sinks_ref is not None:  # sinks join the denominator and carry no value
-            sinks = [sinks_ref[h * spec.num_sinks + j] for j in range(spec.num_sinks)]
-            m_new = m_i
-            for s_j in sinks:
-                m_new = jnp.maximum(m_new, s_j)
-            alpha = jnp.exp(m_i - m_new)
-            l_i = l_i * alpha
-            for s_j in sinks:
-                l_i = l_i + jnp.exp(s_j - m_new)
-            acc = acc * lanes(alpha, dv)
-            m_i = m_new
-        nonempty = l_i > 0.0  # rows that attend nothing return zeros, never NaN
-        l_safe = jnp.where(nonempty, l_i, 1.0)
-        o_ref[...] = (acc * lanes(jnp.where(nonempty, 1.0 / l_safe, 0.0), dv)).astype(o_ref.dtype)
-        lse_ref[...] = jnp.where(nonempty, m_i + jnp.log(l_safe), -jnp.inf)
+        write_output(h, spec.num_sinks, sinks_ref, m_scr, l_scr, acc_scr, o_ref, lse_ref)
+
+
+def softmax_step(s: Any, mask: Any, v_ref: Any, m_scr: Any, l_scr: Any, acc_scr: Any) -> None:
+    """One online-softmax step over a ``[bq, bk]`` logits tile ``s`` (``mask``: which logits count,
+    ``None``: all), updating the lane-replicated ``m``/``l`` (``[bq, 128]``) and ``acc`` scratch."""
+    block_k, dv = s.shape[1], acc_scr.shape[-1]
+    if mask is not None:
+        s = jnp.where(mask, s, MASK_VALUE)
+    m_prev, l_prev = m_scr[...], l_scr[...]  # [bq, 128]
+    m_next = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
+    p = jnp.exp(s - lanes(m_next, block_k))
+    if mask is not None:  # a row that has seen only masked keys has m_next == MASK_VALUE: exp(0) = 1
+        p = jnp.where(mask, p, 0.0)
+    alpha = jnp.exp(m_prev - m_next)
+    l_scr[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
+    m_scr[...] = m_next
+    v = v_ref[...]
+    pv = jax.lax.dot(p.astype(v.dtype), v, preferred_element_type=F32)  # [bq, dv]
+    acc_scr[...] = acc_scr[...] * lanes(alpha, dv) + pv
+
+
+def write_output(
+    h: Any, num_sinks: int, sinks_ref: Any, m_scr: Any, l_scr: Any, acc_scr: Any, o_ref: Any, lse_ref: Any
+) -> None:
+    """The output ``acc / l`` and the lane-replicated log-sum-exp of head ``h``, after its sinks
+    (``sinks_ref``: SMEM ``[heads * num_sinks]``, or ``None``) join the denominator."""
+    m_i, l_i, acc = m_scr[...], l_scr[...], acc_scr[...]
+    dv = acc.shape[-1]
+    if sinks_ref is not None:  # sinks join the denominator and carry no value
+        sinks = [sinks_ref[h * num_sinks + j] for j in range(num_sinks)]
+        m_new = m_i
+        for s_j in sinks:
+            m_new = jnp.maximum(m_new, s_j)
+        alpha = jnp.exp(m_i - m_new)
+        l_i = l_i * alpha
+        for s_j in sinks:
+            l_i = l_i + jnp.exp(s_j - m_new)
+        acc = acc * lanes(alpha, dv)
+        m_i = m_new
+    nonempty = l_i > 0.0  # rows that attend nothing return zeros, never NaN
+    l_safe = jnp.where(nonempty, l_i, 1.0)
+    o_ref[...] = (acc * lanes(jnp.where(nonempty, 1.0 / l_safe, 0.0), dv)).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(nonempty, m_i + jnp.log(l_safe), -jnp.inf)
 
 
 def _pad_axis(x: Any, axis: int, size: int, value: Any = 0) -> Any:

@@ -1,0 +1,3 @@
+from .impl import PallasTpuBlockSparseAttention
+
+__all__ = ["PallasTpuBlockSparseAttention"]
