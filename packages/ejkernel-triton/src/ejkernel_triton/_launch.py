@@ -51,6 +51,17 @@ def availability() -> str | None:
     return None
 
 
+def gpu_availability(device: Any, min_cc: tuple[int, int] | None = (8, 0)) -> str | None:
+    """Why a Triton implementation cannot run on ``device`` (``None``: it can): an NVIDIA GPU of
+    compute capability ``min_cc`` or later (``None``: any), with Triton and jax-triton installed."""
+    cc = device.compute_capability
+    if cc is None:  # no CUDA compute capability: a CPU, a TPU or a ROCm GPU
+        return f"needs an NVIDIA GPU; this call runs on {device.kind}"
+    if min_cc is not None and cc < min_cc:
+        return f"needs compute capability >= {min_cc[0]}.{min_cc[1]}, this GPU has {cc}"
+    return availability()
+
+
 @contextlib.contextmanager
 def interpreted() -> Iterator[None]:
     """Launch kernels with Triton's interpreter inside the ``with`` block (CPU checks only).

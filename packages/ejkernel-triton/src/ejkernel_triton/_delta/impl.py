@@ -12,7 +12,7 @@ from ejkernel.ops import DeviceInfo, KernelImpl, Need, profile_for
 from ejkernel.ops.families import delta_rule_math as M
 from ejkernel.ops.families.delta_rule import DeltaRuleArgs, DeltaRuleConfig, recurrent_delta_rule
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import resources as R
 
 # 64-token chunks (fla's choice: 64×64 intra-chunk matmuls, T/64 sequential state steps); 32
@@ -38,11 +38,7 @@ class TritonDeltaRule(KernelImpl):
     test_configs: ClassVar[Mapping[str, DeltaRuleConfig]] = {}
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def heuristic_cfg(self, args: DeltaRuleArgs, device: DeviceInfo) -> DeltaRuleConfig:
         cfg = self.config_cls(

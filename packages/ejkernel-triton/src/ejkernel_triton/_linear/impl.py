@@ -10,7 +10,7 @@ import jax
 from ejkernel.ops import DeviceInfo, Need, get_op, profile_for
 from ejkernel.ops.resources import unfit
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import resources as R
 
 # 32-token chunks: the intra-chunk scores are one product per chunk when its gates stay within
@@ -44,11 +44,7 @@ class TritonLinearAttention:
     unsupported: ClassVar[Mapping[str, str]] = {"value_gate": "a per-value-channel gate (gv) is not supported"}
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def _cfg_cls(self) -> Any:
         return get_op(self.op_name).config_cls  # type: ignore[attr-defined]

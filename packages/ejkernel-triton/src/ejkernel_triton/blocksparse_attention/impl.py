@@ -10,7 +10,7 @@ import jax
 from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, KernelImpl, Need, OpConfig
 from ejkernel.ops.blocksparse_attention import BlockSparseAttentionArgs, BlockSparseAttentionConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from ..flash_attention.heuristics import smem_limit
 from . import heuristics as H
 
@@ -38,11 +38,7 @@ class TritonBlockSparseAttention(KernelImpl):
     test_configs: ClassVar[Mapping[str, OpConfig]] = {"tiles16x16-bwd16x32": _config((16, 16, 4, 1), (16, 32, 4, 1))}
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def heuristic_cfg(self, args: BlockSparseAttentionArgs, device: DeviceInfo) -> BlockSparseAttentionConfig:
         return H.heuristic(args, device.compute_capability)

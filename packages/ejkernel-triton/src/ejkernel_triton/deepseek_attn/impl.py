@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.deepseek_attn import DeepSeekAttnArgs, DeepSeekAttnConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -34,11 +34,7 @@ class TritonDeepSeekAttn(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def heuristic_cfg(self, args: DeepSeekAttnArgs, device: DeviceInfo) -> DeepSeekAttnConfig:
         return H.config_of(H.heuristic(H.shape_of(args), device.compute_capability))

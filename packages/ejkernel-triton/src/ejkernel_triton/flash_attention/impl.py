@@ -11,7 +11,7 @@ from ejkernel.ops import BwdParams, DeviceInfo, FwdParams, Need, OpConfig, curre
 from ejkernel.ops.families.attention import AttentionArgs, AttentionImpl
 from ejkernel.ops.flash_attention import FlashAttentionConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -44,11 +44,7 @@ class TritonFlashAttention(AttentionImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:  # a GPU without CUDA compute capability (ROCm)
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def _sizes(self, args: AttentionArgs) -> tuple[int, int, int]:
         return args.head_dim, args.value_head_dim, jnp.dtype(args.dtype).itemsize

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.grouped_matmul import GroupedMatmulArgs, GroupedMatmulConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -35,11 +35,7 @@ class TritonGroupedMatmul(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     def _shape(self, a: GroupedMatmulArgs) -> tuple[int, int, int, int, int]:
         return a.m, a.k, a.n, a.groups, jnp.dtype(a.dtype).itemsize

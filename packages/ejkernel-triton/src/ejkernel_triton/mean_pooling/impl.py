@@ -10,7 +10,7 @@ import jax
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.mean_pooling import MeanPoolingArgs, MeanPoolingConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -26,9 +26,7 @@ class TritonMeanPooling(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        return availability()
+        return gpu_availability(device, min_cc=None)
 
     def heuristic_cfg(self, args: MeanPoolingArgs, device: DeviceInfo) -> MeanPoolingConfig:
         return H.heuristic(args)

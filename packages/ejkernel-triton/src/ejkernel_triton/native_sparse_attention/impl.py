@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.native_sparse_attention import NativeSparseAttentionArgs, NativeSparseAttentionConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 
 
 def _block_k(args: NativeSparseAttentionArgs) -> int:
@@ -33,9 +33,7 @@ class TritonNativeSparseAttention(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        return availability()
+        return gpu_availability(device, min_cc=None)
 
     def heuristic_cfg(self, args: NativeSparseAttentionArgs, device: DeviceInfo) -> NativeSparseAttentionConfig:
         from ejkernel.ops.native_sparse_attention.branches import default_chunk

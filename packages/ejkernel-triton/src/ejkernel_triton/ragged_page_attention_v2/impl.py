@@ -12,7 +12,7 @@ from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.op import op_class
 from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 from .heuristics import Tiles, _pow2
 
@@ -73,11 +73,7 @@ class TritonPaged(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        if device.compute_capability < (8, 0):
-            return f"needs compute capability >= 8.0, this GPU has {device.compute_capability}"
-        return availability()
+        return gpu_availability(device)
 
     # The op's view of the kernel: its shape, the tiles of a config, the config of tiles.
     def shape(self, args: Any) -> H.Shape:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.recurrent_cell import RecurrentCellArgs, RecurrentCellConfig
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -28,9 +28,7 @@ class TritonRecurrentCell(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        return availability()
+        return gpu_availability(device, min_cc=None)
 
     def heuristic_cfg(self, args: RecurrentCellArgs, device: DeviceInfo) -> RecurrentCellConfig:
         return H.heuristic(args)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ejkernel.ops import DeviceInfo, KernelImpl, Need, OpConfig
 from ejkernel.ops.state_space_v1 import StateSpaceV1Args, StateSpaceV1Config
 
-from .._launch import availability
+from .._launch import gpu_availability
 from . import heuristics as H
 
 
@@ -27,9 +27,7 @@ class TritonStateSpaceV1(KernelImpl):
     }
 
     def available(self, device: DeviceInfo) -> str | None:
-        if device.compute_capability is None:
-            return f"needs an NVIDIA GPU; this call runs on {device.kind}"
-        return availability()
+        return gpu_availability(device, min_cc=None)
 
     def heuristic_cfg(self, args: StateSpaceV1Args, device: DeviceInfo) -> StateSpaceV1Config:
         return H.heuristic(args)
