@@ -31,11 +31,21 @@ from typing import Any
 
 import jax
 import jax.extend
+import jax.numpy as jnp
 import numpy as np
 from jax._src import dispatch
 from jax.interpreters import mlir
 
-__all__ = ["availability", "compile_only", "compute_capability", "interpreted", "launch", "launch_compiled"]
+__all__ = [
+    "availability",
+    "compile_only",
+    "compute_capability",
+    "dot_precision",
+    "gpu_availability",
+    "interpreted",
+    "launch",
+    "launch_compiled",
+]
 
 _INTERPRET = False
 _RECORD: list[dict[str, Any]] | None = None
@@ -49,6 +59,13 @@ def availability() -> str | None:
         if importlib.util.find_spec(module) is None:
             return f"the {dist} package is not installed (pip install 'ejkernel-core[triton]')"
     return None
+
+
+def dot_precision(dtype: Any) -> str:
+    """``tl.dot``'s ``input_precision`` for operands of ``dtype``: float32 takes three TF32
+    products per dot (plain TF32 loses the precision float32 was chosen for; "ieee" leaves the
+    tensor cores); 16-bit operands ignore it."""
+    return "tf32x3" if jnp.dtype(dtype) == jnp.float32 else "tf32"
 
 
 def gpu_availability(device: Any, min_cc: tuple[int, int] | None = (8, 0)) -> str | None:

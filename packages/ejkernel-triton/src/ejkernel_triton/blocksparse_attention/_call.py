@@ -17,16 +17,10 @@ import numpy as np
 
 from ejkernel.ops.blocksparse_attention import BlockLayout, BlockSparseAttentionArgs, BlockSparseAttentionConfig
 
-from .._launch import launch
+from .._launch import dot_precision, launch
 from ._kernel import bsa_bwd_dkdv_kernel, bsa_bwd_dq_kernel, bsa_fwd_kernel
 
 F32 = jnp.float32
-
-
-def _precision(dtype: Any) -> str:
-    """``tl.dot``'s input precision: float32 inputs take three TF32 passes (plain TF32 loses the
-    precision float32 was chosen for, as flash_attention's kernels do); 16-bit inputs ignore it."""
-    return "tf32x3" if jnp.dtype(dtype) == F32 else "tf32"
 
 
 def pow2_at_least(n: int, floor: int = 16) -> int:
@@ -135,7 +129,7 @@ def _forward(spec: Spec, lay: BlockLayout, q, k, v, aux, masks):
         num_stages=stages,
         name="ejkernel_blocksparse_attention_fwd",
         H=spec.heads, G=spec.groups, SQP=p.sqp, SKP=p.skp, DP=spec.dp, DVP=spec.dvp, BLOCK_M=bq, BLOCK_N=bk,
-        HAS_SEG=p.has_seg, HAS_AM=p.has_am, HAS_SINKS=aux is not None, HAS_SOFTCAP=spec.soft_cap is not None, DOT_PRECISION=_precision(q.dtype),
+        HAS_SEG=p.has_seg, HAS_AM=p.has_am, HAS_SINKS=aux is not None, HAS_SOFTCAP=spec.soft_cap is not None, DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     return out[:, :, : spec.seq_q, : spec.value_head_dim], lse[:, :, : spec.seq_q]
 
@@ -151,7 +145,7 @@ def _backward(spec: Spec, lay: BlockLayout, q, k, v, aux, masks, out, lse, dout)
     pm = lay.partial_masks.astype(jnp.int8)
     common = dict(
         H=spec.heads, G=spec.groups, SQP=p.sqp, SKP=p.skp, DP=spec.dp, DVP=spec.dvp, BLOCK_M=bq, BLOCK_N=bk,
-        HAS_SEG=p.has_seg, HAS_AM=p.has_am, HAS_SOFTCAP=spec.soft_cap is not None, DOT_PRECISION=_precision(q.dtype),
+        HAS_SEG=p.has_seg, HAS_AM=p.has_am, HAS_SOFTCAP=spec.soft_cap is not None, DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     scalars = (np.float32(spec.scale), np.float32(spec.soft_cap or 1.0))
     index, count, flags, mask_idx, meta_bs, count_bs, width = _schedule(lay, key_major=False)

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ejkernel.ops.deepseek_attn import DeepSeekAttnArgs
@@ -22,7 +21,7 @@ from ejkernel.ops.families.latent_attention import (
     project_latent_output,
 )
 
-from .._launch import launch
+from .._launch import dot_precision, launch
 from ..ragged_page_attention_v2.heuristics import _pow2
 from ._kernel import dsa_sparse_fwd_kernel
 from .heuristics import Tiles
@@ -57,7 +56,7 @@ def _forward(spec: Spec, q, kv, sel) -> jax.Array:
         SEQ_Q=sq, SEQ_K=sk, NUM_HEADS=h, TOPK=n, LORA=r, LORA_PAD=_pow2(r), ROPE=rope, ROPE_PAD=_pow2(rope),
         BLOCK_H=t.block_h, BLOCK_K=t.block_n, CAUSAL=spec.causal,
         # float32 inputs: three TF32 products per dot keep float32 accuracy on the tensor cores.
-        DOT_PRECISION="tf32x3" if q.dtype == jnp.float32 else "tf32",
+        DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     return out
 

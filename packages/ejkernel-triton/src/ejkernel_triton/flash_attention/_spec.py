@@ -78,10 +78,8 @@ class Spec:
             HAS_SEGMENTS=self.has_segments,
             HAS_SOFTCAP=self.soft_cap is not None,
             HAS_DROPOUT=self.dropout_prob > 0,
-            # float32 inputs: three TF32 products per dot ("tf32x3") keep float32 accuracy on the
-            # tensor cores; plain TF32 would lose the precision float32 was chosen for, and "ieee"
-            # (scalar FMAs) is slow to run and 3-4x slower to compile.
-            DOT_PRECISION="tf32x3" if self.dtype == "float32" else "tf32",
+            # "ieee" (scalar FMAs) would be slow to run and 3-4x slower to compile.
+            DOT_PRECISION=_launch.dot_precision(self.dtype),
         )
 
     def scalars(self) -> list[Any]:

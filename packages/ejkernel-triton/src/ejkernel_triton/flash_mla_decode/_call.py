@@ -11,7 +11,7 @@ import numpy as np
 
 from ejkernel.ops.families.serving import finish, merge_splits, state_lse
 
-from .._launch import launch
+from .._launch import dot_precision, launch
 from ..ragged_page_attention_v2.heuristics import _pow2
 from ._kernel import mla_decode_kernel
 from .heuristics import Tiles
@@ -59,7 +59,7 @@ def mla_decode(
         BLOCK_H=tiles.block_h, BLOCK_N=tiles.block_n, NUM_HEAD_BLOCKS=head_blocks, NUM_SPLITS=splits,
         CAUSAL=causal,
         # float32 inputs: three TF32 products per dot keep float32 accuracy on the tensor cores.
-        DOT_PRECISION="tf32x3" if q.dtype == F32 else "tf32",
+        DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     if one:
         return out, lse

@@ -15,7 +15,7 @@ import triton
 from ejkernel.ops.native_sparse_attention import NativeSparseAttentionArgs, NativeSparseAttentionConfig
 from ejkernel.ops.native_sparse_attention.branches import Tokens, selected_branch, sparse_attention
 
-from .._launch import launch
+from .._launch import dot_precision, launch
 from ._kernel import nsa_selected_fwd_kernel
 
 
@@ -49,7 +49,7 @@ def _forward(spec: Spec, q, k, v, sel, pos, bos) -> jax.Array:
         BLOCK_D=max(16, triton.next_power_of_2(d)),
         BLOCK_DV=max(16, triton.next_power_of_2(dv)),
         # float32 inputs take three TF32 passes (plain TF32 loses float32's precision)
-        DOT_PRECISION="tf32x3" if q.dtype == jnp.float32 else "tf32",
+        DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     return out
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ejkernel.ops.families.serving import finish, merge_sinks, merge_splits
 
-from .._launch import launch
+from .._launch import dot_precision, launch
 from ._kernel import paged_attention_kernel
 from .heuristics import Tiles, _pow2
 
@@ -135,7 +135,7 @@ def paged_attention(
         HAS_WINDOW=window_left is not None, HAS_SOFTCAP=soft_cap is not None,
         NUM_SINKS=0 if sinks is None else int(sinks.shape[1]),
         # float32 inputs: three TF32 products per dot keep float32 accuracy on the tensor cores.
-        DOT_PRECISION="tf32x3" if q.dtype == F32 else "tf32",
+        DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)
 
