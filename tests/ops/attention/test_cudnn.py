@@ -43,7 +43,7 @@ def registry():
         package.register(reg)
     with (
         mock.patch.object(A, "cudnn_version", return_value=91000),
-        mock.patch("ejkernel_triton.flash_attention.impl.availability", return_value=None),
+        mock.patch("ejkernel_triton._launch.availability", return_value=None),
     ):
         yield reg
 
