@@ -55,16 +55,17 @@ PIP_CUDA_OFFLINE = (
     "-w dist ./packages/ejkernel-cuda"
 )
 
-# Import from the installed copy, list the backends, run flash_attention on the CPU through the
-# XLA backend and compare with the reference; prints the location of the imported package.
+# Import from the installed copy, check which distributions' backends loaded (ejkernel-xla brings
+# two: xla and cudnn), run flash_attention on the CPU through the XLA backend and compare with
+# the reference; prints the location of the imported package.
 CHECK = textwrap.dedent(
     """
     import sys, jax.numpy as jnp, numpy as np, ejkernel
     from ejkernel.ops import record_dispatches
     from ejkernel.testing import attention_reference
     assert ejkernel.__version__ == "0.1.0", ejkernel.__version__
-    loaded = sorted(b.name for b in ejkernel.backends() if b.status == "loaded")
-    assert loaded == sorted(sys.argv[1].split(",")), ejkernel.backends()
+    loaded = sorted({b.distribution for b in ejkernel.backends() if b.status == "loaded"})
+    assert loaded == sorted("ejkernel-" + d for d in sys.argv[1].split(",")), ejkernel.backends()
     q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 33, 4, 16)), jnp.float32)
     k = v = q[:, :, :2]
     with record_dispatches() as log:
