@@ -1,12 +1,11 @@
 """The XLA ``prefill_page_attention``: the chunk is one packed sequence of the serving scan
-(``query_start_loc = [0, chunk]``), its rows scanning the sequence's pages a block at a time with
-an online softmax.
+(``query_start_loc = [0, chunk]``) and one row of it, all its query tokens the row's heads, so
+each step is one matmul of the chunk's queries with a block of the sequence's pages.
 
 Each step reads ``pages_per_step`` pages straight from the caches (a gather along their page
 axis, the kv heads first) and folds the block's logits into the running softmax: temporary
 memory is one block, never ``[chunk, context]`` logits, and the scan covers only the steps some
-row's range reaches (a window's lower end skips whole steps). Every row belongs to the one
-sequence, so a block is gathered once and shared by the rows. Keys outside a row's range are
+query's range reaches (a window's lower end skips whole steps). Keys outside a query's range are
 masked and their values zeroed, so garbage (even NaN) in unused slots never reaches the output.
 """
 
@@ -27,15 +26,17 @@ def prefill_page_attention(args: PrefillPageAttentionArgs, pages_per_step: int) 
     seq, _, lo, hi = ragged_query_rows(qsl, args.context_len, 1, chunk, window=args.sliding_window)
 
     def read(cache: jax.Array, pages: jax.Array) -> jax.Array:
-        x = cache.at[:, pages[0]].get(mode="clip")  # [hk, n, page_size, d]: the rows' common pages
-        x = jnp.moveaxis(x.reshape(hk, -1, x.shape[-1]), 0, 1).astype(cdt)  # [n * page_size, hk, d]
-        return jnp.broadcast_to(x, (pages.shape[0], *x.shape))
+        x = cache.at[:, pages[0]].get(mode="clip")  # [hk, n, page_size, d]
+        return jnp.moveaxis(x.reshape(hk, -1, x.shape[-1]), 0, 1).astype(cdt)[None]  # [1, n * page_size, hk, d]
 
+    # The chunk's tokens as the heads of one row: [1, hk, chunk * g, d], a key range per head.
+    q = jnp.moveaxis(args.query.reshape(chunk, hk, g, d), 0, 1).reshape(1, hk, chunk * g, d)
+    per_head = lambda x: jnp.repeat(x, g)[None]  # noqa: E731 - [chunk] -> [1, chunk * g]
     state = paged_scan(
-        args.query.reshape(chunk, hk, g, d).astype(cdt),
-        seq,
-        lo,
-        hi,
+        q.astype(cdt),
+        seq[:1],
+        per_head(lo),
+        per_head(hi),
         args.page_indices[None],
         page_size=args.page_size,
         read_pages=lambda pages: (read(args.key_cache, pages), read(args.value_cache, pages)),
@@ -44,4 +45,5 @@ def prefill_page_attention(args: PrefillPageAttentionArgs, pages_per_step: int) 
         soft_cap=args.logits_soft_cap,
         value_dim=d,
     )
-    return finish(state).reshape(chunk, h, d).astype(args.query.dtype)
+    out = finish(state).reshape(hk, chunk, g, d)
+    return jnp.moveaxis(out, 0, 1).reshape(chunk, h, d).astype(args.query.dtype)

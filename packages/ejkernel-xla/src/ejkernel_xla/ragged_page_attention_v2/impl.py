@@ -16,8 +16,12 @@ from ._kernel import ragged_page_attention_v2
 class XlaRaggedPageAttentionv2(KernelImpl):
     """Ragged paged attention in plain JAX (per-row page gathers + online softmax), any device."""
 
-    # One page per step: many steps, ranges that start and end inside pages.
-    test_configs: ClassVar[dict[str, OpConfig]] = {"page1": RaggedPageAttentionv2Config(num_kv_pages_per_block=1)}
+    # One page per step: many steps, ranges that start and end inside pages; blocks of 3 query
+    # tokens: sequences whose last block is partly empty, blocks that straddle no sequence.
+    test_configs: ClassVar[dict[str, OpConfig]] = {
+        "page1": RaggedPageAttentionv2Config(num_kv_pages_per_block=1, num_queries_per_block=1),
+        "q3": RaggedPageAttentionv2Config(num_kv_pages_per_block=1, num_queries_per_block=3),
+    }
 
     def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
         return H.heuristic(args)
@@ -33,4 +37,5 @@ class XlaRaggedPageAttentionv2(KernelImpl):
 
     def run(self, args: RaggedPageAttentionv2Args, cfg: RaggedPageAttentionv2Config) -> jax.Array:
         assert cfg.num_kv_pages_per_block is not None
-        return ragged_page_attention_v2(args, cfg.num_kv_pages_per_block)
+        block_q = cfg.num_queries_per_block or H.heuristic(args).num_queries_per_block or 1
+        return ragged_page_attention_v2(args, cfg.num_kv_pages_per_block, block_q)

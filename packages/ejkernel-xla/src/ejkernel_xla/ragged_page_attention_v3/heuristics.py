@@ -1,25 +1,31 @@
-"""Pages per step of the XLA ``ragged_page_attention_v3`` scan: pure functions of the shapes."""
+"""Query tokens per block and pages per step of the XLA ``ragged_page_attention_v3`` scan: pure
+functions of the shapes."""
 
 from __future__ import annotations
 
+from ejkernel.ops.families.serving import query_block_size, query_slots
 from ejkernel.ops.ragged_page_attention_v3 import RaggedPageAttentionv3Args, RaggedPageAttentionv3Config
 
-# Every query row gathers its own block of pages, so a step holds tokens × block cached rows:
-# aim at 2^16 (token, cached token) pairs per step, between one page and 2048 cached tokens.
+# A step holds (query slot, cached token) logits for every block of queries: aim at 2^16 pairs per
+# step, between one page and 2048 cached tokens.
 PAIRS = 1 << 16
 MAX_TOKENS = 2048
 CANDIDATE_PAIRS = (1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
 
 
-def _pages(args: RaggedPageAttentionv3Args, pairs: int) -> int:
-    tokens = min(MAX_TOKENS, max(1, pairs // max(1, args.total_tokens)))
+def _pages(args: RaggedPageAttentionv3Args, pairs: int, block_q: int) -> int:
+    rows = query_slots(args.total_tokens, args.max_num_seqs, block_q)
+    tokens = min(MAX_TOKENS, max(1, pairs // max(1, rows)))
     return max(1, min(args.pages_per_seq, tokens // args.page_size))
 
 
 def heuristic(args: RaggedPageAttentionv3Args) -> RaggedPageAttentionv3Config:
-    return RaggedPageAttentionv3Config(num_kv_pages_per_block=_pages(args, PAIRS))
+    bq = query_block_size(args.total_tokens, args.max_num_seqs)
+    return RaggedPageAttentionv3Config(num_kv_pages_per_block=_pages(args, PAIRS, bq), num_queries_per_block=bq)
 
 
 def candidates(args: RaggedPageAttentionv3Args) -> list[RaggedPageAttentionv3Config]:
-    sizes = sorted({_pages(args, p) for p in CANDIDATE_PAIRS})
-    return [RaggedPageAttentionv3Config(num_kv_pages_per_block=n) for n in sizes]
+    bq = query_block_size(args.total_tokens, args.max_num_seqs)
+    blocks = sorted({1, bq, min(2 * bq, 64)})
+    sizes = sorted({(_pages(args, p, b), b) for p in CANDIDATE_PAIRS for b in blocks})
+    return [RaggedPageAttentionv3Config(num_kv_pages_per_block=n, num_queries_per_block=b) for n, b in sizes]

@@ -19,8 +19,12 @@ class XlaRaggedPageAttentionv3(KernelImpl):
     gathers + online softmax), any device."""
 
     unsupported: ClassVar[dict[str, str]] = {"quantized_kv_cache": QUANTIZED_KV_UNSUPPORTED}
-    # One page per step: many steps, ranges that start and end inside pages.
-    test_configs: ClassVar[dict[str, OpConfig]] = {"page1": RaggedPageAttentionv3Config(num_kv_pages_per_block=1)}
+    # One page per step: many steps, ranges that start and end inside pages; blocks of 3 query
+    # tokens: sequences whose last block is partly empty, blocks that straddle no sequence.
+    test_configs: ClassVar[dict[str, OpConfig]] = {
+        "page1": RaggedPageAttentionv3Config(num_kv_pages_per_block=1, num_queries_per_block=1),
+        "q3": RaggedPageAttentionv3Config(num_kv_pages_per_block=1, num_queries_per_block=3),
+    }
 
     def heuristic_cfg(self, args: RaggedPageAttentionv3Args, device: DeviceInfo) -> RaggedPageAttentionv3Config:
         return H.heuristic(args)
@@ -36,4 +40,5 @@ class XlaRaggedPageAttentionv3(KernelImpl):
 
     def run(self, args: RaggedPageAttentionv3Args, cfg: RaggedPageAttentionv3Config) -> tuple[jax.Array, jax.Array]:
         assert cfg.num_kv_pages_per_block is not None
-        return ragged_page_attention_v3(args, cfg.num_kv_pages_per_block)
+        block_q = cfg.num_queries_per_block or H.heuristic(args).num_queries_per_block or 1
+        return ragged_page_attention_v3(args, cfg.num_kv_pages_per_block, block_q)

@@ -32,4 +32,4 @@ class XlaUnifiedAttention(KernelImpl):
             raise ValueError("xla unified_attention needs block_dim (cached tokens per step)")
 
     def run(self, args: UnifiedAttentionArgs, cfg: UnifiedAttentionConfig) -> jax.Array | tuple[jax.Array, jax.Array]:
-        return unified_attention(args, H.pages_per_step(cfg, args))
+        return unified_attention(args, H.pages_per_step(cfg, args), H.block_q(args))

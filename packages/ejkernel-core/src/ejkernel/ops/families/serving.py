@@ -8,7 +8,9 @@ bindings:
 - :func:`packed_batch_case`: the index arrays of a conformance case's batch on a shuffled pool;
 - :func:`ragged_query_rows`: each packed query row's sequence, position and key range;
 - :func:`paged_scan`: the blocked online-softmax attention of packed rows over their sequences'
-  pages, for any cache layout (the caller reads a block of pages);
+  pages, for any cache layout (the caller reads a block of pages); :func:`ragged_paged_scan`:
+  the same with the packed query tokens grouped into blocks of one sequence's consecutive tokens
+  (one gather and one matmul per block instead of per token), :func:`query_block_size` its size and :func:`query_slots` its rows;
 - :func:`ragged_reference`: the references' per-sequence dense attention (and log-sum-exp);
 - :func:`state_lse`: the log-sum-exp of a finished online softmax (to merge cascades);
 - :func:`last_tokens_window`: a window of the last ``w`` tokens (vLLM's, JetStream's meaning);
@@ -55,8 +57,11 @@ __all__ = [
     "paged_autotune_indices",
     "paged_decode_rules",
     "paged_scan",
+    "query_block_size",
+    "query_slots",
     "ragged_autotune_indices",
     "ragged_index_rules",
+    "ragged_paged_scan",
     "ragged_query_rows",
     "ragged_reference",
     "sinks_per_head",
@@ -469,6 +474,105 @@ def paged_scan(
 
     zeros = SoftmaxState.zeros(q.shape[:3], value_dim)
     return lax.fori_loop(s_lo.astype(jnp.int32), s_hi.astype(jnp.int32), step, zeros)
+
+
+#: Query tokens per block of :func:`ragged_paged_scan` at most: one gather of each step's pages
+#: serves this many tokens' (a matmul of ``block · groups`` rows); more only adds padded rows.
+MAX_QUERY_BLOCK = 64
+
+
+def query_block_size(total_tokens: int, max_seqs: int) -> int:
+    """Query tokens per block of :func:`ragged_paged_scan` for ``total_tokens`` packed tokens of
+    at most ``max_seqs`` sequences (static shapes only): ``1`` when every token may be a decode
+    row of its own sequence (``total_tokens <= max_seqs``), else the mean tokens per sequence
+    rounded up to a power of two, at most :data:`MAX_QUERY_BLOCK`. Each sequence pads its last
+    block, so a larger block wastes rows on short sequences; a smaller one gathers more often."""
+    if total_tokens <= max_seqs:
+        return 1
+    mean = -(-total_tokens // max(1, max_seqs))
+    return min(MAX_QUERY_BLOCK, 1 << (mean - 1).bit_length())
+
+
+def query_slots(total_tokens: int, max_seqs: int, block_q: int) -> int:
+    """Query rows :func:`ragged_paged_scan` computes for ``total_tokens`` packed tokens of at most
+    ``max_seqs`` sequences in blocks of ``block_q`` (empty slots included): what one step's
+    logits hold per gathered key."""
+    return total_tokens if block_q <= 1 else (-(-total_tokens // block_q) + max_seqs) * block_q
+
+
+def ragged_paged_scan(
+    q: Any,
+    query_start_loc: Any,
+    num_seqs: Any,
+    seq: Any,
+    lo: Any,
+    hi: Any,
+    tables: Any,
+    *,
+    block_q: int,
+    page_size: int,
+    read_pages: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    pages_per_step: int,
+    scale: float,
+    soft_cap: float | None,
+    value_dim: int,
+    bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+) -> SoftmaxState:
+    """:func:`paged_scan` of packed query tokens ``q [tokens, hk, g, d]`` grouped into blocks of
+    ``block_q`` consecutive tokens of one sequence (``query_start_loc [m + 1]``, the live
+    ``num_seqs``; ``seq``, ``lo``, ``hi [tokens]`` from :func:`ragged_query_rows`): each block is
+    one row of the scan whose ``block_q · g`` query heads share each gathered block of pages, so
+    the logits are a matmul instead of one matrix-vector product per token. Returns the state of
+    each token ``[tokens, hk, g]`` (tokens of no live sequence: nothing attended).
+
+    ``bias(tokens [rows, block_q], key_pos [rows, block]) -> [rows, block_q, hk, g, block]`` adds
+    to the capped logits; ``tokens`` holds each slot's query token, ``tokens`` for an empty slot
+    (clip before indexing). ``block_q == 1`` is :func:`paged_scan` over the tokens themselves."""
+    t_all, hk, g, _ = q.shape
+    kw = {
+        "page_size": page_size, "read_pages": read_pages, "pages_per_step": pages_per_step,
+        "scale": scale, "soft_cap": soft_cap, "value_dim": value_dim,
+    }  # fmt: skip
+    if block_q <= 1:
+        tok = jnp.arange(t_all, dtype=jnp.int32)[:, None]
+        row_bias = None if bias is None else (lambda key_pos: bias(tok, key_pos)[:, 0])
+        return paged_scan(q, seq, lo, hi, tables, bias=row_bias, **kw)
+    m = query_start_loc.shape[0] - 1
+    qsl = query_start_loc.astype(jnp.int32)
+    live = jnp.arange(m) < num_seqs
+    blocks = jnp.where(live, (jnp.maximum(qsl[1:] - qsl[:-1], 0) + block_q - 1) // block_q, 0)
+    end = jnp.cumsum(blocks)  # block b belongs to the first sequence whose end exceeds b
+    nb = -(-t_all // block_q) + m  # at least the blocks any live batch of t_all tokens needs
+    b = jnp.arange(nb, dtype=jnp.int32)
+    bseq = jnp.sum(end[None, :] <= b[:, None], axis=1).astype(jnp.int32)
+    s = jnp.minimum(bseq, m - 1)
+    first = qsl[s] + (b - (end[s] - blocks[s])) * block_q
+    tok = first[:, None] + jnp.arange(block_q, dtype=jnp.int32)[None, :]
+    used = (bseq < m)[:, None] & (tok < qsl[s + 1][:, None]) & (tok < t_all)
+    tok = jnp.where(used, tok, t_all)  # [nb, block_q]; t_all: an empty slot
+    tc = jnp.minimum(tok, t_all - 1)
+
+    def per_head(x: Any) -> Any:  # [tokens] -> [nb, block_q * g], empty slots attend nothing
+        return jnp.broadcast_to(jnp.where(used, x[tc], 0)[:, :, None], (nb, block_q, g)).reshape(nb, block_q * g)
+
+    q_rows = jnp.where(used[:, :, None, None, None], q[tc], 0)  # [nb, block_q, hk, g, d]
+    q_rows = jnp.moveaxis(q_rows, 1, 2).reshape(nb, hk, block_q * g, q.shape[-1])
+    row_bias = None
+    if bias is not None:
+
+        def row_bias(key_pos: Any) -> Any:
+            x = jnp.moveaxis(bias(tok, key_pos), 1, 2)  # [nb, hk, block_q, g, block]
+            return x.reshape(nb, hk, block_q * g, x.shape[-1])
+
+    state = paged_scan(q_rows, s, per_head(lo), per_head(hi), tables, bias=row_bias, **kw)
+
+    def to_tokens(x: Any, fill: Any) -> Any:  # [nb, hk, block_q * g, *r] -> [tokens, hk, g, *r]
+        r = x.shape[3:]
+        x = jnp.moveaxis(x.reshape(nb, hk, block_q, g, *r), 2, 1).reshape(nb * block_q, hk, g, *r)
+        out = jnp.full((t_all, hk, g, *r), fill, x.dtype)
+        return out.at[tok.reshape(-1)].set(x, mode="drop")  # each token fills one slot
+
+    return SoftmaxState(to_tokens(state.m, -jnp.inf), to_tokens(state.l, 0.0), to_tokens(state.acc, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
