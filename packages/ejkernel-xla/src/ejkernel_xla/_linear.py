@@ -2,8 +2,10 @@
 ``lightning_attention``, ``recurrent_attention`` and ``state_space_v2``.
 
 Algorithm (chunkwise-parallel form of GLA, Yang et al. 2024, §4): the sequence is cut into chunks
-of ``C`` tokens; a ``lax.scan`` over chunks carries the state ``S [h, dk, dv]``. Inside a chunk,
-with ``G`` the inclusive cumulative log gate from the chunk's start::
+of ``C`` tokens. Every chunk's own terms (its intra-chunk output, its contribution to the state,
+its decays) are computed for all chunks at once; a ``lax.scan`` over chunks then carries only the
+state ``S [h, dk, dv]``, and the inter-chunk output is one batched product with the states
+entering the chunks. With ``G`` the inclusive cumulative log gate from the chunk's start::
 
     o_t  = (q_t ⊙ exp(G_t)) S_in ⊙ exp(Gv_t)                         (inter-chunk)
          + Σ_{s<=t} Σ_i q_t,i k_s,i exp(G_t,i − G_s,i) · v_s ⊙ exp(Gv_t − Gv_s)   (intra-chunk)
@@ -12,8 +14,9 @@ with ``G`` the inclusive cumulative log gate from the chunk's start::
 Every exponent is a sum of gates over a span, so it is ``<= 0`` for decays: nothing overflows
 however steep the gates (the intra-chunk term is gated per pair of positions, exactly, instead of
 factoring ``exp(G_t)·exp(−G_s)``, whose second factor overflows float32 once a chunk decays by
-more than ~88 nats). The scan body is rematerialized in the backward pass (``jax.checkpoint``), so
-reverse-mode keeps only the states at chunk boundaries: memory linear in the length.
+more than ~88 nats). The per-chunk terms are rematerialized in the backward pass
+(``jax.checkpoint``), so reverse-mode keeps the inputs and the states at chunk boundaries, no
+``[C, C]`` pairs: memory linear in the length.
 
 Varlen (``cu_seqlens``): sequences are repacked so that each starts on a chunk boundary
 (``T + num_seqs·(C−1)`` slots at most; padding has zero keys, values and gates, which leave the
@@ -24,7 +27,7 @@ flips the packed row (sequence order included) and mirrors ``cu_seqlens``.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,55 +96,76 @@ def _varlen_layout(cu: Any, total: int, chunk: int) -> dict[str, Any]:
     )
 
 
-def _chunk_body(
-    carry: Any, xs: Any, *, scale: float, has: tuple[bool, bool, bool], emit_state: bool
-) -> tuple[Any, Any]:
-    """One chunk for every (batch, head): see the module docstring. Shapes: ``q, k [B, C, h, dk]``,
-    ``v [B, C, h, dv]``, gates float32, ``S [B, h, dk, dv]``."""
-    has_gk, has_gv, has_gs = has
-    s_prev, h0 = carry
-    q, k, v, gk, gv, gs, reset, sidx = xs
-    s_in = jnp.where(reset[:, None, None, None], h0[sidx], s_prev)
-    csz = q.shape[1]
-    causal = jnp.tril(jnp.ones((csz, csz), bool))[None, :, :, None]  # [1, t, s, 1]
+class _Intra(NamedTuple):
+    """What a chunk contributes independently of the state entering it (every chunk at once)."""
+
+    o: Any  # intra-chunk output [X, h, C, dv]
+    qg: Any  # queries gated from the chunk's start [X, h, C, dk]
+    out_gate: Any  # exp(Gv) on the inter-chunk output [X, h, C, dv], or None
+    delta: Any  # the chunk's own state [X, h, dk, dv]
+    decay_k: Any  # exp(G_C) over key channels [X, h, dk or 1], or None
+    decay_v: Any  # exp(Gv_C) over value channels [X, h, dv], or None
+
+
+#: Temporary memory of the per-chunk terms computed at once (chunks are taken in groups that fit).
+INTRA_BYTES = 1 << 26
+
+
+def _intra_bytes(chunk: int, h: int, dk: int, dv: int, has: tuple[bool, bool, bool], factored: bool) -> int:
+    """Bytes the per-chunk terms of one chunk hold at their peak (float32; measured against
+    ``memory_analysis`` of the gradient: about six of the largest pairwise arrays)."""
+    has_gk, has_gv, _ = has
+    exact = has_gk and not factored
+    pairs = chunk * chunk * max(1, dv if has_gv else 1, min(M.SUB, chunk) * dk // chunk if exact else 1)
+    return 6 * 4 * h * max(pairs, chunk * (dk + dv))
+
+
+def _intra(q: Any, k: Any, v: Any, G: Any, gv: Any, *, scale: float, per_channel: bool, factored: bool) -> _Intra:
+    """The module docstring's terms that do not involve ``S_in``, for ``X`` chunks at once, head
+    major: ``q, k [X, h, C, dk]``, ``v [X, h, C, dv]``; ``G`` the key gate cumulated from each
+    chunk's start (``[X, h, C, dk]`` when ``per_channel``, else ``[X, h, C, 1]``; ``None``: no key
+    gate), ``gv [X, h, C, dv]`` or ``None``. ``factored`` (per-channel gates that
+    ``gates_factor`` allows): one exponential ``e = exp(G - G_0)`` gives the pairs as a matmul of
+    ``q ⊙ e`` and ``k / e`` and the gated queries and keys from them."""
+    csz = q.shape[2]
+    causal = jnp.tril(jnp.ones((csz, csz), bool))  # [t, s]
     q = q * scale
-    if has_gk or has_gs:
-        a = (gk if has_gk else 0.0) + (gs[..., None] if has_gs else 0.0)
-        a = jnp.broadcast_to(a, q.shape) if has_gk else a
-        G = jnp.cumsum(a, axis=1)  # [B, C, h, dk] or [B, C, h, 1]
-        G_last = G[:, -1]
-        qg = q * jnp.exp(G)
-        kg = k * jnp.exp(G_last[:, None] - G)
-        if has_gk and csz % min(M.SUB, csz) == 0:
-            # Per-channel decays by sub-blocks (exact per pair only inside the diagonal blocks,
-            # matmuls elsewhere): 4-10x faster than every pair's [C, C, dk] decays on the CPU
-            # (b1 h4, 8 chunks of 64, dk 64: forward 6-8 ms vs 62, with the gradient 40-50 vs 176-209).
-            mv = lambda x: jnp.moveaxis(x, 1, 2)  # noqa: E731
-            A = M.decayed_pairs(mv(q), mv(k), mv(G), causal[0, :, :, 0], precision=None)
-        else:
-            d = G[:, :, None] - G[:, None, :]  # [B, t, s, h, dk or 1]
-            decay = jnp.exp(jnp.where(causal[..., None], d, -jnp.inf))
-            if has_gk:
-                A = jnp.einsum("bthi,bshi,btshi->bhts", q, k, decay)
-            else:
-                A = jnp.einsum("bthi,bshi->bhts", q, k) * jnp.moveaxis(decay[..., 0], 3, 1)
-        s_decay = jnp.exp(G_last)[..., None]  # [B, h, dk or 1, 1]
-    else:
+    decay_k = None
+    if G is None:
         qg, kg = q, k
-        A = jnp.where(jnp.moveaxis(causal, 3, 1), jnp.einsum("bthi,bshi->bhts", q, k), 0.0)
-        s_decay = 1.0
-    if has_gv:
-        Gv = jnp.cumsum(gv, axis=1)  # [B, C, h, dv]
-        Gv_last = Gv[:, -1]
-        dvd = jnp.exp(jnp.where(causal[..., None], Gv[:, :, None] - Gv[:, None, :], -jnp.inf))
-        o = jnp.einsum("bthi,bhij->bthj", qg, s_in) * jnp.exp(Gv)
-        o = o + jnp.einsum("bhts,bshj,btshj->bthj", A, v, dvd)
-        vg = v * jnp.exp(Gv_last[:, None] - Gv)
-        s_out = s_decay * s_in * jnp.exp(Gv_last)[:, :, None, :] + jnp.einsum("bshi,bshj->bhij", kg, vg)
+        A = jnp.where(causal, jnp.einsum("bhti,bhsi->bhts", q, k), 0.0)
+    elif per_channel and factored:
+        G0, G_last = G[:, :, :1], G[:, :, -1]
+        e = jnp.exp(G - G0)
+        qs, ks = q * e, k / e
+        A = jnp.where(causal, jnp.einsum("bhti,bhsi->bhts", qs, ks), 0.0)
+        qg, kg = qs * jnp.exp(G0), ks * jnp.exp(G_last - G0[:, :, 0])[:, :, None]
+        decay_k = jnp.exp(G_last)
     else:
-        o = jnp.einsum("bthi,bhij->bthj", qg, s_in) + jnp.einsum("bhts,bshj->bthj", A, v)
-        s_out = s_decay * s_in + jnp.einsum("bshi,bshj->bhij", kg, v)
-    return (s_out, h0), (o, s_out if emit_state else None)
+        G_last = G[:, :, -1]
+        qg = q * jnp.exp(G)
+        kg = k * jnp.exp(G_last[:, :, None] - G)
+        if per_channel and csz % min(M.SUB, csz) == 0:
+            # Exact per-channel decays by sub-blocks (matmuls off the diagonal blocks): 4-10x
+            # faster than every pair's [C, C, dk] decays on the CPU.
+            A = M.decayed_pairs(q, k, G, causal, precision=None)
+        else:
+            d = G[:, :, :, None] - G[:, :, None, :]  # [X, h, t, s, dk or 1]
+            decay = jnp.exp(jnp.where(causal[..., None], d, -jnp.inf))
+            if per_channel:
+                A = jnp.einsum("bhti,bhsi,bhtsi->bhts", q, k, decay)
+            else:
+                A = jnp.einsum("bhti,bhsi->bhts", q, k) * decay[..., 0]
+        decay_k = jnp.exp(G_last)  # [X, h, dk or 1]
+    if gv is not None:
+        Gv = jnp.cumsum(gv, axis=2)  # [X, h, C, dv]
+        Gv_last = Gv[:, :, -1]
+        dvd = jnp.exp(jnp.where(causal[..., None], Gv[:, :, :, None] - Gv[:, :, None, :], -jnp.inf))
+        o = jnp.einsum("bhts,bhsj,bhtsj->bhtj", A, v, dvd)
+        delta = jnp.einsum("bhsi,bhsj->bhij", kg, v * jnp.exp(Gv_last[:, :, None] - Gv))
+        return _Intra(o, qg, jnp.exp(Gv), delta, decay_k, jnp.exp(Gv_last))
+    o = jnp.einsum("bhts,bhsj->bhtj", A, v)
+    return _Intra(o, qg, None, jnp.einsum("bhsi,bhsj->bhij", kg, v), decay_k, None)
 
 
 def chunked_linear_attention(p: LinearProblem, chunk: int) -> tuple[jax.Array, jax.Array]:
@@ -188,17 +212,68 @@ def chunked_linear_attention(p: LinearProblem, chunk: int) -> tuple[jax.Array, j
         reset = jnp.broadcast_to((jnp.arange(n_chunks) == 0)[:, None], (n_chunks, b))
         sidx = jnp.broadcast_to(jnp.arange(b, dtype=jnp.int32)[None], (n_chunks, b))
 
-    def chunks(x: Any) -> Any:  # [bb, N*C, ...] -> [N, bb, C, ...]
-        if x is None:
-            return jnp.zeros((n_chunks, bb), F32)  # placeholder, unused
-        return jnp.moveaxis(x.reshape(bb, n_chunks, chunk, *x.shape[2:]), 1, 0)
-
     has = (gk is not None, gv is not None, gs is not None)
-    body = jax.checkpoint(functools.partial(_chunk_body, scale=p.scale, has=has, emit_state=cu is not None))
-    xs = (*(chunks(x) for x in arrays), reset, sidx)
+    n_all = n_chunks * bb
+
+    def heads_major(x: Any) -> Any:  # [bb, N*C, h, ...] -> [N*bb, h, C, ...]
+        if x is None:
+            return None
+        x = x.reshape(bb, n_chunks, chunk, h, *x.shape[3:])
+        return jnp.moveaxis(jnp.moveaxis(x, 1, 0), 3, 2).reshape(n_all, h, chunk, *x.shape[4:])
+
+    def intra_terms(factored: bool, xs: tuple[Any, ...]) -> _Intra:
+        """Every chunk's own terms, INTRA_BYTES' worth of chunks at a time (rematerialized in
+        the backward pass, so reverse-mode keeps no [C, C] pairs)."""
+        group = min(n_all, max(1, INTRA_BYTES // _intra_bytes(chunk, h, dk, dv, has, factored)))
+        n_groups = -(-n_all // group)
+
+        def grouped(x: Any) -> Any:  # [N*bb, ...] -> [groups, group, ...], zero-padded
+            if x is None:
+                return None
+            x = jnp.pad(x, [(0, n_groups * group - n_all)] + [(0, 0)] * (x.ndim - 1))
+            return x.reshape(n_groups, group, *x.shape[1:])
+
+        fn = jax.checkpoint(functools.partial(_intra, scale=p.scale, per_channel=gk is not None, factored=factored))
+        if n_groups == 1:
+            return fn(*xs)
+        out = jax.lax.map(lambda x: fn(*x), tuple(grouped(x) for x in xs))
+        return _Intra(*(None if x is None else x.reshape(-1, *x.shape[2:])[:n_all] for x in out))
+
+    q_hm, k_hm, v_hm, gk_hm, gv_hm, gs_hm = (heads_major(x) for x in arrays)
+    G = None
+    if gk is not None or gs is not None:
+        G = jnp.cumsum((gk_hm if gk is not None else 0.0) + (gs_hm[..., None] if gs is not None else 0.0), axis=2)
+    xs_hm = (q_hm, k_hm, v_hm, G, gv_hm)
+    if gk is None:
+        intra = intra_terms(False, xs_hm)
+    else:
+        # Gates shallow enough in every chunk (the usual case) take the factored form; one
+        # lax.cond for the call, so one branch runs.
+        intra = jax.lax.cond(
+            M.gates_factor(G), functools.partial(intra_terms, True), functools.partial(intra_terms, False), xs_hm
+        )
+    # One scan over chunks then carries only the state.
+
+    def per_chunk(x: Any) -> Any:  # [N * bb, ...] -> [N, bb, ...]
+        return None if x is None else x.reshape(n_chunks, bb, *x.shape[1:])
+
+    def step(carry: Any, xs: Any) -> tuple[Any, Any]:
+        s_prev, h0 = carry
+        delta, dk_c, dv_c, reset_c, sidx_c = xs
+        s_in = jnp.where(reset_c[:, None, None, None], h0[sidx_c], s_prev)
+        s_out = s_in if dk_c is None else s_in * dk_c[..., None]
+        s_out = s_out if dv_c is None else s_out * dv_c[:, :, None, :]
+        s_out = s_out + delta
+        return (s_out, h0), (s_in, s_out if cu is not None else None)
+
+    xs = (per_chunk(intra.delta), per_chunk(intra.decay_k), per_chunk(intra.decay_v), reset, sidx)
     s_init = jnp.zeros((bb, h, dk, dv), F32)
-    (s_last, _), (o, s_all) = jax.lax.scan(body, (s_init, h0), xs)
-    o = jnp.moveaxis(o, 0, 1).reshape(bb, n_chunks * chunk, h, dv)
+    (s_last, _), (s_enter, s_all) = jax.lax.scan(step, (s_init, h0), xs)
+    inter = jnp.einsum("xhti,xhij->xhtj", intra.qg, s_enter.reshape(n_all, h, dk, dv))
+    if intra.out_gate is not None:
+        inter = inter * intra.out_gate
+    o = (intra.o + inter).reshape(n_chunks, bb, h, chunk, dv)
+    o = jnp.moveaxis(jnp.moveaxis(o, 0, 1), 2, 3).reshape(bb, n_chunks * chunk, h, dv)
     if cu is not None:
         o = jnp.take(o[0], lay["dst"], axis=0)[None]
         finals = s_all[jnp.clip(lay["last_chunk"], 0, n_chunks - 1), 0]

@@ -77,7 +77,10 @@ def page_attention(args: PageAttentionArgs, tokens_per_step: int) -> jax.Array:
         return m_new, l_i * alpha + p.sum(axis=-1), acc * alpha[..., None] + pv
 
     init = (jnp.full((b, hk, g), -jnp.inf, F32), jnp.zeros((b, hk, g), F32), jnp.zeros((b, hk, g, dv), F32))
-    m_i, l_i, acc = lax.fori_loop(s_lo, s_hi.astype(jnp.int32), step, init)
+    if steps_total == 1:  # one step covers every context: no loop (a step over no key changes nothing)
+        m_i, l_i, acc = step(0, init)
+    else:
+        m_i, l_i, acc = lax.fori_loop(s_lo, s_hi.astype(jnp.int32), step, init)
     if args.softmax_aux is not None:
         sinks = args.softmax_aux.astype(F32).reshape(1, hk, g, -1)
         m_new = jnp.maximum(m_i, sinks.max(axis=-1))

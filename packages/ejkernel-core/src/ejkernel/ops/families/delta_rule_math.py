@@ -21,6 +21,7 @@ broadcast over the channels):
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -35,6 +36,7 @@ __all__ = [
     "chunk_output",
     "decayed_pairs",
     "from_chunks",
+    "gates_factor",
     "inter_chunk",
     "intra_chunk",
     "to_chunks",
@@ -118,23 +120,47 @@ def to_chunks(
 
 
 SUB = 16  # rows of the sub-blocks whose pairwise decays are computed exactly (per-channel gates)
+#: Nats within which every row's cumulated gates stay of the first row's for :func:`decayed_pairs`
+#: to factor the decays through it (:func:`gates_factor`): ``exp(±60)`` is far from float32's limits (``exp(±87)``).
+SAFE_SPAN = 60.0
 
 
-def decayed_pairs(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST) -> Any:
+def gates_factor(gam: Any) -> jax.Array:
+    """Whether :func:`decayed_pairs` may take its factored form for the cumulated gates ``gam
+    [..., C, K]`` (a bool scalar): every row within :data:`SAFE_SPAN` nats of the first row's, in
+    every chunk. NaN or infinite gates fail it (the exact form)."""
+    return jnp.max(jnp.abs(gam - gam[..., :1, :])) <= SAFE_SPAN
+
+
+def decayed_pairs(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST, *, factored: bool = False) -> Any:
     """``M[i, j] = Σ_d x_i[d] y_j[d] exp(γ_i[d] - γ_j[d])`` where ``mask`` (else 0): ``[..., C, C]``.
 
-    Per-channel gates (fla's KDA intra-chunk scheme): pairs in different ``SUB``-row sub-blocks
-    are a matmul of ``x_i ⊙ exp(γ_i - γ_r)`` and ``y_j ⊙ exp(γ_r - γ_j)`` with ``r`` the first row
-    of ``i``'s sub-block (``j < r <= i``, so both exponents are ``<= 0`` for a gate ``<= 0``);
-    pairs inside a diagonal sub-block take the exact per-pair decay (masked before ``exp``).
+    Per-channel gates, ``factored`` (only where :func:`gates_factor` holds; callers choose the form
+    for a whole computation with ``lax.cond``, so one branch runs): one matmul of ``x_i ⊙ exp(γ_i -
+    γ_0)`` and ``y_j ⊙ exp(γ_0 - γ_j)``, neither factor over ``exp(SAFE_SPAN)`` nor under its
+    inverse. Otherwise the exact form for any gates (fla's KDA intra-chunk scheme): pairs in
+    different ``SUB``-row sub-blocks are a matmul of ``x_i ⊙ exp(γ_i - γ_r)`` and ``y_j ⊙ exp(γ_r -
+    γ_j)`` with ``r`` the first row of ``i``'s sub-block (``j < r <= i``, so both exponents are
+    ``<= 0`` for a gate ``<= 0``); pairs inside a diagonal sub-block take the exact per-pair decay
+    (masked before ``exp``).
     """
     if gam is None:
         return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=precision), 0.0)
-    size = x.shape[-2]
     if gam.shape[-1] == 1:
         diff = gam[..., :, None, 0] - gam[..., None, :, 0]
         decay = jnp.exp(jnp.where(mask, diff, 0.0))
         return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", x, y, precision=precision) * decay, 0.0)
+    if factored:
+        ref = gam[..., :1, :]
+        xs, ys = x * jnp.exp(gam - ref), y * jnp.exp(ref - gam)
+        return jnp.where(mask, jnp.einsum("...ik,...jk->...ij", xs, ys, precision=precision), 0.0)
+    return _exact_pairs(x, y, gam, mask=mask, precision=precision)
+
+
+def _exact_pairs(x: Any, y: Any, gam: Any, *, mask: Any, precision: Any) -> Any:
+    """:func:`decayed_pairs` for any per-channel gates: exact per pair inside the diagonal
+    sub-blocks, through the sub-block's first row elsewhere (every exponent ``<= 0``)."""
+    size = x.shape[-2]
     sub = min(SUB, size)
     nb = size // sub
     lead = x.shape[:-2]
@@ -164,28 +190,42 @@ def decayed_pairs(x: Any, y: Any, gam: Any, mask: Any, precision: Any = HIGHEST)
 def intra_chunk(c: Chunks, precision: Any = HIGHEST) -> Intra:
     """Step 2 of the module docstring, parallel over every chunk. ``precision`` of its products
     (float32 operands): ``HIGHEST`` by default; a GPU backend with 16-bit inputs may pass
-    ``None`` (TF32 tensor cores, 10 mantissa bits: still finer than the inputs')."""
-    size = c.k.shape[-2]
+    ``None`` (TF32 tensor cores, 10 mantissa bits: still finer than the inputs'). Per-channel
+    gates take :func:`decayed_pairs`' factored form where :func:`gates_factor` allows it (one
+    ``lax.cond`` for the call: one branch runs)."""
+    body = functools.partial(_intra_chunk, precision=precision)
+    if c.g is None or c.g.shape[-1] == 1:
+        return body(c.q, c.k, c.v, c.beta, c.g, factored=False)
+    return jax.lax.cond(
+        gates_factor(jnp.cumsum(c.g, axis=-2)),
+        functools.partial(body, factored=True),
+        functools.partial(body, factored=False),
+        c.q, c.k, c.v, c.beta, c.g,
+    )  # fmt: skip
+
+
+def _intra_chunk(q: Any, k: Any, v: Any, beta: Any, g: Any, *, precision: Any, factored: bool) -> Intra:
+    size = k.shape[-2]
     i = jnp.arange(size)
     strict, causal = i[:, None] > i[None, :], i[:, None] >= i[None, :]
-    gam = jnp.cumsum(c.g, axis=-2) if c.g is not None else None
-    a = decayed_pairs(c.k, c.k, gam, strict, precision) * c.beta[..., :, None]
+    gam = jnp.cumsum(g, axis=-2) if g is not None else None
+    a = decayed_pairs(k, k, gam, strict, precision, factored=factored) * beta[..., :, None]
     eye = jnp.eye(size, dtype=a.dtype)
     tmat = jax.lax.linalg.triangular_solve(
-        eye + a, jnp.broadcast_to(eye * c.beta[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
+        eye + a, jnp.broadcast_to(eye * beta[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
     )
     if gam is None:
-        kd, qg, kg = c.k, c.q, c.k
-        glast = jnp.ones((*c.k.shape[:3], 1), c.k.dtype)
+        kd, qg, kg = k, q, k
+        glast = jnp.ones((*k.shape[:3], 1), k.dtype)
     else:
         last = gam[..., -1:, :]
-        kd = c.k * jnp.exp(gam)
-        qg = c.q * jnp.exp(gam)
-        kg = c.k * jnp.exp(last - gam)
+        kd = k * jnp.exp(gam)
+        qg = q * jnp.exp(gam)
+        kg = k * jnp.exp(last - gam)
         glast = jnp.exp(last[..., 0, :])
     w = jnp.einsum("...ij,...jk->...ik", tmat, kd, precision=precision)
-    u = jnp.einsum("...ij,...jv->...iv", tmat, c.v, precision=precision)
-    aqk = decayed_pairs(c.q, c.k, gam, causal, precision)
+    u = jnp.einsum("...ij,...jv->...iv", tmat, v, precision=precision)
+    aqk = decayed_pairs(q, k, gam, causal, precision, factored=factored)
     return Intra(w, u, aqk, qg, kg, glast)
 
 

@@ -473,6 +473,8 @@ def paged_scan(
         return merge_block(state, logits, pv)
 
     zeros = SoftmaxState.zeros(q.shape[:3], value_dim)
+    if steps_total == 1:  # one step covers every range: no loop (a step over no key changes nothing)
+        return step(0, zeros)
     return lax.fori_loop(s_lo.astype(jnp.int32), s_hi.astype(jnp.int32), step, zeros)
 
 
