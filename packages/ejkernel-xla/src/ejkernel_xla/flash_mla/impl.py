@@ -1,9 +1,12 @@
-"""The XLA ``flash_mla`` implementation: the absorbed form on the blockwise flash attention.
+"""The XLA ``flash_mla`` implementation: the absorbed form on the blockwise flash attention, or
+the non-absorbed form where it costs fewer FLOPs (prefill).
 
-The nope part of each query is absorbed into the latent space (``q_nope @ w_kcᵀ``), every head
-attends the one latent ``[c | k_rope]`` as a single kv head (values: the latent ``c``), and each
-head's latent output is projected by ``w_vc``
-(:mod:`ejkernel.ops.families.latent_attention`). The attention in between is this backend's
+Absorbed: the nope part of each query is absorbed into the latent space (``q_nope @ w_kcᵀ``),
+every head attends the one latent ``[c | k_rope]`` as a single kv head (values: the latent
+``c``), and each head's latent output is projected by ``w_vc``
+(:mod:`ejkernel.ops.families.latent_attention`). Non-absorbed, where ``materialize_pays`` (many
+queries per key): keys and values materialized per head (``c @ w_kc``, ``c @ w_vc``) and
+attended as dense attention. The attention in between is this backend's
 FlashAttention-2 loops (``ejkernel_xla.flash_attention._kernel``), whose custom VJP recomputes
 probabilities tile by tile: forward and backward stay linear in the sequence length, and autodiff
 carries the gradients through the two projections.
@@ -19,6 +22,8 @@ from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
 from ejkernel.ops.families.latent_attention import (
     LatentAttentionArgs,
     absorbed_attention_args,
+    materialize_pays,
+    materialized_attention_args,
     project_latent_output,
 )
 from ejkernel.ops.flash_mla import FlashMLAConfig
@@ -26,9 +31,18 @@ from ejkernel.ops.flash_mla import FlashMLAConfig
 from ..flash_attention._kernel import flash_attention
 
 
-def latent_attention(args: LatentAttentionArgs, block_q: int, block_k: int, attention_mask=None) -> jax.Array:
-    """The absorbed form of ``args`` with ``(block_q, block_k)`` tiles, forward and backward;
-    ``attention_mask`` (bool, broadcast 4-D) restricts the keys further (``deepseek_attn``)."""
+def latent_attention(
+    args: LatentAttentionArgs, block_q: int, block_k: int, attention_mask=None, *, form: str | None = None
+) -> jax.Array:
+    """``args`` with ``(block_q, block_k)`` tiles of the absorbed problem, forward and backward;
+    ``attention_mask`` (bool, broadcast 4-D) restricts the keys further (``deepseek_attn``).
+    ``form``: ``"absorbed"``, ``"materialized"`` or ``None`` (``materialize_pays`` chooses). The
+    materialized form's tiles hold as many query rows as the absorbed tile does (``block_q`` ×
+    heads, all heads sharing its one kv head) per kv head."""
+    if form == "materialized" or (form is None and materialize_pays(args)):
+        bq = block_q * args.num_heads
+        attn = materialized_attention_args(args, attention_mask)
+        return flash_attention(attn, (bq, block_k), (bq, block_k)).astype(args.query.dtype)
     attn = absorbed_attention_args(args, attention_mask)
     out_latent = flash_attention(attn, (block_q, block_k), (block_q, block_k))
     return project_latent_output(args, out_latent)

@@ -61,6 +61,8 @@ __all__ = [
     "index_mask",
     "index_scores",
     "index_selection",
+    "materialize_pays",
+    "materialized_attention_args",
     "materialized_kv",
     "project_latent_output",
     "selection_mask",
@@ -290,6 +292,42 @@ def materialized_kv(
         q_rope = jnp.broadcast_to(b_q.astype(dtype)[:, :, None, :], (*b_q.shape[:2], q.shape[2], b_q.shape[-1]))
         q = jnp.concatenate([q, q_rope], axis=-1)
     return q, jnp.concatenate([k_nope, k_rope], axis=-1), v
+
+
+def materialized_attention_args(a: LatentAttentionArgs, attention_mask: Any = None) -> AttentionArgs:
+    """The dense-attention record of the non-absorbed form (:func:`materialized_kv`: keys and
+    values per kv head), with ``attention_mask`` (bool, broadcast 4-D) and-ed into the call's own
+    mask: the output is ``[b, sq, h, dv]`` itself, no projection after."""
+    dt = a.query.dtype
+    precision = jax.lax.Precision.HIGHEST if dt == jnp.float32 else None
+    q, k, v = materialized_kv(a.query, a.key_value, a.w_kc, a.w_vc, a.b_q, a.b_k, dtype=dt, precision=precision)
+    mask = a.attention_mask
+    if attention_mask is not None:
+        mask = attention_mask if mask is None else mask & attention_mask
+    return AttentionArgs(
+        query=q,
+        key=k,
+        value=v,
+        bias=a.bias,
+        attention_mask=mask,
+        cum_seqlens_q=a.cu_seqlens,
+        cum_seqlens_k=a.cu_seqlens,
+        softmax_aux=a.softmax_aux,
+        causal=a.causal,
+        softmax_scale=a.softmax_scale,
+        sliding_window=a.sliding_window,
+        logits_soft_cap=a.logits_soft_cap,
+    )
+
+
+def materialize_pays(a: LatentAttentionArgs) -> bool:
+    """Whether the non-absorbed form costs fewer FLOPs than the absorbed one: per (query, key,
+    head) the absorbed form multiplies over the latent (``2(r + rope) + 2r``), the other over the
+    head dims (``2(dn + rope) + 2dv``), at the price of materializing every key and value
+    (``2r(dn + dv)`` per key and head). Prefill (many queries per key) pays; decode does not."""
+    r, rope, dn, dv = a.kv_lora_rank, a.rope_dim, a.qk_nope_head_dim, a.value_head_dim
+    saved = (2 * (r + rope) + 2 * r) - (2 * (dn + rope) + 2 * dv)
+    return a.seq_q * saved > 2 * r * (dn + dv)
 
 
 # -- the lightning indexer (deepseek_attn) ----------------------------------------------------------
