@@ -242,7 +242,11 @@ def absorbed_operands(a: LatentAttentionArgs) -> tuple[Any, Any, Any]:
 def absorbed_attention_args(a: LatentAttentionArgs, attention_mask: Any = None) -> AttentionArgs:
     """The dense-attention record of the absorbed form (one kv head, the latent as values), with
     ``attention_mask`` (bool, broadcast 4-D) and-ed into the call's own mask."""
-    q, k, v = absorbed_operands(a)
+    return _dense_args(a, *absorbed_operands(a), attention_mask)
+
+
+def _dense_args(a: LatentAttentionArgs, q: Any, k: Any, v: Any, attention_mask: Any) -> AttentionArgs:
+    """``a``'s options on dense operands ``q, k, v``, ``attention_mask`` and-ed into its mask."""
     mask = a.attention_mask
     if attention_mask is not None:
         mask = attention_mask if mask is None else mask & attention_mask
@@ -301,23 +305,7 @@ def materialized_attention_args(a: LatentAttentionArgs, attention_mask: Any = No
     dt = a.query.dtype
     precision = jax.lax.Precision.HIGHEST if dt == jnp.float32 else None
     q, k, v = materialized_kv(a.query, a.key_value, a.w_kc, a.w_vc, a.b_q, a.b_k, dtype=dt, precision=precision)
-    mask = a.attention_mask
-    if attention_mask is not None:
-        mask = attention_mask if mask is None else mask & attention_mask
-    return AttentionArgs(
-        query=q,
-        key=k,
-        value=v,
-        bias=a.bias,
-        attention_mask=mask,
-        cum_seqlens_q=a.cu_seqlens,
-        cum_seqlens_k=a.cu_seqlens,
-        softmax_aux=a.softmax_aux,
-        causal=a.causal,
-        softmax_scale=a.softmax_scale,
-        sliding_window=a.sliding_window,
-        logits_soft_cap=a.logits_soft_cap,
-    )
+    return _dense_args(a, q, k, v, attention_mask)
 
 
 def materialize_pays(a: LatentAttentionArgs) -> bool:
