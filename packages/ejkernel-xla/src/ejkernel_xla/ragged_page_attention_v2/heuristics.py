@@ -3,7 +3,7 @@ functions of the shapes."""
 
 from __future__ import annotations
 
-from ejkernel.ops.families.serving import query_block_size, query_slots
+from ejkernel.ops.families.serving import MAX_QUERY_BLOCK, query_block_size, query_slots
 from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
 
 # A step holds (query slot, cached token) logits for every block of queries: aim at 2^16 pairs per
@@ -26,6 +26,6 @@ def heuristic(args: RaggedPageAttentionv2Args) -> RaggedPageAttentionv2Config:
 
 def candidates(args: RaggedPageAttentionv2Args) -> list[RaggedPageAttentionv2Config]:
     bq = query_block_size(args.total_tokens, args.max_num_seqs)
-    blocks = sorted({1, bq, min(2 * bq, 64)})
+    blocks = sorted({1, bq, min(2 * bq, MAX_QUERY_BLOCK)})
     sizes = sorted({(_pages(args, p, b), b) for p in CANDIDATE_PAIRS for b in blocks})
     return [RaggedPageAttentionv2Config(num_kv_pages_per_block=n, num_queries_per_block=b) for n, b in sizes]

@@ -7,6 +7,7 @@ from typing import ClassVar
 import jax
 
 from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.families.serving import query_block_size
 from ejkernel.ops.ragged_page_attention_v2 import RaggedPageAttentionv2Args, RaggedPageAttentionv2Config
 
 from . import heuristics as H
@@ -37,5 +38,5 @@ class XlaRaggedPageAttentionv2(KernelImpl):
 
     def run(self, args: RaggedPageAttentionv2Args, cfg: RaggedPageAttentionv2Config) -> jax.Array:
         assert cfg.num_kv_pages_per_block is not None
-        block_q = cfg.num_queries_per_block or H.heuristic(args).num_queries_per_block or 1
+        block_q = cfg.num_queries_per_block or query_block_size(args.total_tokens, args.max_num_seqs)
         return ragged_page_attention_v2(args, cfg.num_kv_pages_per_block, block_q)

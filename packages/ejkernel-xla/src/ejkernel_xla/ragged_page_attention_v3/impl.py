@@ -7,6 +7,7 @@ from typing import ClassVar
 import jax
 
 from ejkernel.ops import DeviceInfo, KernelImpl, OpConfig
+from ejkernel.ops.families.serving import query_block_size
 from ejkernel.ops.ragged_page_attention_v3 import RaggedPageAttentionv3Args, RaggedPageAttentionv3Config
 from ejkernel.ops.ragged_page_attention_v3.op import QUANTIZED_KV_UNSUPPORTED
 
@@ -40,5 +41,5 @@ class XlaRaggedPageAttentionv3(KernelImpl):
 
     def run(self, args: RaggedPageAttentionv3Args, cfg: RaggedPageAttentionv3Config) -> tuple[jax.Array, jax.Array]:
         assert cfg.num_kv_pages_per_block is not None
-        block_q = cfg.num_queries_per_block or H.heuristic(args).num_queries_per_block or 1
+        block_q = cfg.num_queries_per_block or query_block_size(args.total_tokens, args.max_num_seqs)
         return ragged_page_attention_v3(args, cfg.num_kv_pages_per_block, block_q)

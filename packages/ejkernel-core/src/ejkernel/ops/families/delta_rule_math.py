@@ -194,21 +194,22 @@ def intra_chunk(c: Chunks, precision: Any = HIGHEST) -> Intra:
     gates take :func:`decayed_pairs`' factored form where :func:`gates_factor` allows it (one
     ``lax.cond`` for the call: one branch runs)."""
     body = functools.partial(_intra_chunk, precision=precision)
-    if c.g is None or c.g.shape[-1] == 1:
-        return body(c.q, c.k, c.v, c.beta, c.g, factored=False)
+    gam = jnp.cumsum(c.g, axis=-2) if c.g is not None else None
+    if gam is None or gam.shape[-1] == 1:
+        return body(c.q, c.k, c.v, c.beta, gam, factored=False)
     return jax.lax.cond(
-        gates_factor(jnp.cumsum(c.g, axis=-2)),
+        gates_factor(gam),
         functools.partial(body, factored=True),
         functools.partial(body, factored=False),
-        c.q, c.k, c.v, c.beta, c.g,
+        c.q, c.k, c.v, c.beta, gam,
     )  # fmt: skip
 
 
-def _intra_chunk(q: Any, k: Any, v: Any, beta: Any, g: Any, *, precision: Any, factored: bool) -> Intra:
+def _intra_chunk(q: Any, k: Any, v: Any, beta: Any, gam: Any, *, precision: Any, factored: bool) -> Intra:
+    """``intra_chunk`` on the chunks' arrays, ``gam`` the gates cumulated within each chunk."""
     size = k.shape[-2]
     i = jnp.arange(size)
     strict, causal = i[:, None] > i[None, :], i[:, None] >= i[None, :]
-    gam = jnp.cumsum(g, axis=-2) if g is not None else None
     a = decayed_pairs(k, k, gam, strict, precision, factored=factored) * beta[..., :, None]
     eye = jnp.eye(size, dtype=a.dtype)
     tmat = jax.lax.linalg.triangular_solve(

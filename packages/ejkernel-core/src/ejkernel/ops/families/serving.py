@@ -43,6 +43,7 @@ from ..checks import ValueRule
 
 __all__ = [
     "FEATURES",
+    "MAX_QUERY_BLOCK",
     "SoftmaxState",
     "finish",
     "gather_pages",
