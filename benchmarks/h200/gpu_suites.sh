@@ -3,7 +3,7 @@
 # for rechecking a change that touches the GPU backends; records to $OUT (or /tmp/out):
 #   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
 #   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, cuDNN,
-#          CUDA page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files)
+#          CUDA page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files, CONF_K: its -k filter)
 #   cudnn  the cuDNN backend alone: its GPU tests, its conformance and call modes, the default calls,
 #          then flash_attention's default call and cuDNN scaled_dot_product_attention against
 #          jax.nn's cuDNN on the dense attention table's shapes (bf16, causal both)
@@ -88,7 +88,7 @@ fi
 if [[ $stages == *" conf "* ]]; then
   # CONF_TESTS picks a shard (the whole suite is ~480 items: more than one 600-s call at 14 workers).
   gpu_pytest ${CONF_S:-420} ${CONF_TESTS:-tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
-    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "triton or cuda or cudnn" \
+    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "${CONF_K:-triton or cuda or cudnn}" \
     -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
