@@ -86,6 +86,8 @@ DECLINED = {
     "causal-cross": ({"sq": 32, "causal": True}, "cuDNN aligns them top-left"),
     "window-cross": ({"sq": 32, "window": (8, 0)}, "cuDNN aligns them top-left"),
     "window-right": ({"window": (8, 4)}, "cuDNN's window is causal"),
+    "seq_q-odd": ({"sq": 17}, "supports seq_q a multiple of 8 (other lengths failed"),
+    "seq_k-odd": ({"sk": 130}, "supports seq_k a multiple of 8 (other lengths failed"),
 }
 
 
