@@ -64,16 +64,19 @@ def test_bench_attention_json_and_plot(tmp_path, capsys):
 @pytest.mark.slow
 def test_bench_json_is_on_disk_after_each_record(tmp_path, monkeypatch):
     """A run cut short (a device call's time limit) keeps what it measured: the file holds every
-    record so far after each one, written whole (never half a file, no temporary left)."""
+    record so far after each one, written whole (never half a file, no temporary left), with the
+    ratios against the peers measured so far."""
     from ejkernel.ops import benchmark as B
 
     out_json = tmp_path / "r.json"
     seen: list[int] = []
+    files: list[list[dict]] = []
     write = B.write_json
 
     def spy(records, path, command):
         write(records, path, command)
-        seen.append(len(json.loads(path.read_text())))
+        files.append(json.loads(path.read_text()))
+        seen.append(len(files[-1]))
 
     monkeypatch.setattr(B, "write_json", spy)
     code = main(
@@ -87,6 +90,11 @@ def test_bench_json_is_on_disk_after_each_record(tmp_path, monkeypatch):
     assert seen[:-1] == list(range(1, len(seen))) and seen[-1] == len(seen) - 1 >= 2
     assert not list(tmp_path.glob("*.tmp"))
     assert all("ratio_fwd_tflops" in r for r in json.loads(out_json.read_text()))
+    # The last write of the run itself (before the final one) has every ratio already: the peer's
+    # records came last, and the earlier records of its case got their ratios then.
+    assert all(r["ratio_fwd_tflops"] for r in files[-2])
+    first_case = [r for r in files[0] if r["label"] == files[0][0]["label"]]
+    assert first_case and all(r["ratio_fwd_tflops"] is None for r in first_case)  # no peer measured yet
 
 
 def test_bench_varlen_and_impl_filter(tmp_path):

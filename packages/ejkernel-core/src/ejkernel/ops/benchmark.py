@@ -183,9 +183,9 @@ def run(
     on_record: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Time every accepting implementation of ``op`` and every peer on each case; one record per
-    (case, implementation). ``on_record(records_so_far)`` is called after each record (the CLI
-    writes its ``--json`` file there, so a run cut short by a time limit still leaves its records;
-    the ratios against the peer are added at the end)."""
+    (case, implementation). ``on_record(records_so_far)`` is called after each record, with the
+    ratios against the peers measured so far (the CLI writes its ``--json`` file there, so a run
+    cut short by a time limit still leaves its records and their ratios)."""
     report = progress or (lambda msg: None)
     op_cls = op_class(op)
     bench = op_cls.get_bench()
@@ -193,6 +193,14 @@ def run(
     device = jax.devices()[0]
     trainable = op_cls.trainable and backward
     records: list[dict[str, Any]] = []
+    ratio_peers = bench.ratio_peers(device_for_arrays([]).platform)
+    ratio_keys = ("fwd_tflops", "fwdbwd_tflops") if bench.metric == "tflops" else ("gbps",)
+
+    def with_ratios() -> list[dict[str, Any]]:
+        if ratio_peers:
+            add_ratios(records, ratio_keys, ratio_peers)
+        return records
+
     for case in cases:
         names = accepting(op, case, impls, report)
         candidates: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[Any], Any] | None, Any]] = [
@@ -267,16 +275,14 @@ def run(
                 rec["check"], rec["max_err"] = case.check(out if to_op is None else to_op(out))
             records.append(rec)
             if on_record is not None:
-                on_record(records)
-    ratio_peers = bench.ratio_peers(device_for_arrays([]).platform)
-    if ratio_peers:
-        keys = ("fwd_tflops", "fwdbwd_tflops") if bench.metric == "tflops" else ("gbps",)
-        add_ratios(records, keys, ratio_peers)
-    return records
+                on_record(with_ratios())
+    return with_ratios()
 
 
 _NOT_SHAPE = {
     "impl",
+    "peer",
+    "command",
     "dispatch",
     "check",
     "max_err",
