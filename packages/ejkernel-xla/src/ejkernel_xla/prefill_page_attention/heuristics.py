@@ -1,27 +1,34 @@
-"""Cached tokens per step of the XLA prefill scan: pure functions of the shapes."""
+"""Cached tokens per step of the XLA prefill scan: the serving family's rule
+(:func:`ejkernel.ops.families.serving.scan_pages`) for one row of ``chunk_size`` query slots."""
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
+from ejkernel.ops.families.serving import scan_pages, scan_pair_candidates
 from ejkernel.ops.prefill_page_attention import PrefillPageAttentionArgs, PrefillPageAttentionConfig
 
-# A step holds chunk × block (query, cached token) pairs of logits per head: aim at 2^16, between
-# one page and 2048 cached tokens (the block of keys, shared by the rows, stays small).
-PAIRS = 1 << 16
-MAX_TOKENS = 2048
-CANDIDATE_PAIRS = (1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
+
+def _block_k(args: PrefillPageAttentionArgs, platform: str, pairs: int | None = None) -> int:
+    pages = scan_pages(
+        slots=args.chunk_size,
+        rows=1,
+        token_bytes=2 * args.num_kv_heads * args.head_dim * jnp.dtype(args.dtype).itemsize,
+        page_size=args.page_size,
+        max_pages=args.num_pages,
+        platform=platform,
+        pairs=pairs,
+    )
+    return pages * args.page_size
 
 
-def _block_k(args: PrefillPageAttentionArgs, pairs: int) -> int:
-    tokens = min(MAX_TOKENS, max(1, pairs // max(1, args.chunk_size)))
-    return max(1, min(args.num_pages, tokens // args.page_size)) * args.page_size
+def heuristic(args: PrefillPageAttentionArgs, platform: str) -> PrefillPageAttentionConfig:
+    return PrefillPageAttentionConfig(block_k=_block_k(args, platform))
 
 
-def heuristic(args: PrefillPageAttentionArgs) -> PrefillPageAttentionConfig:
-    return PrefillPageAttentionConfig(block_k=_block_k(args, PAIRS))
-
-
-def candidates(args: PrefillPageAttentionArgs) -> list[PrefillPageAttentionConfig]:
-    return [PrefillPageAttentionConfig(block_k=b) for b in sorted({_block_k(args, p) for p in CANDIDATE_PAIRS})]
+def candidates(args: PrefillPageAttentionArgs, platform: str) -> list[PrefillPageAttentionConfig]:
+    blocks = sorted({_block_k(args, platform, p) for p in scan_pair_candidates(platform)})
+    return [PrefillPageAttentionConfig(block_k=b) for b in blocks]
 
 
 def pages_per_step(cfg: PrefillPageAttentionConfig, args: PrefillPageAttentionArgs) -> int:

@@ -20,10 +20,10 @@ class XlaPrefillPageAttention(KernelImpl):
     test_configs: ClassVar[dict[str, OpConfig]] = {"page1": PrefillPageAttentionConfig(block_k=1)}
 
     def heuristic_cfg(self, args: PrefillPageAttentionArgs, device: DeviceInfo) -> PrefillPageAttentionConfig:
-        return H.heuristic(args)
+        return H.heuristic(args, device.platform)
 
     def candidate_cfgs(self, args: PrefillPageAttentionArgs, device: DeviceInfo) -> list[PrefillPageAttentionConfig]:
-        return H.candidates(args)
+        return H.candidates(args, device.platform)
 
     def validate_cfg(self, cfg: PrefillPageAttentionConfig, args: PrefillPageAttentionArgs, device: DeviceInfo) -> None:
         if cfg.block_k is None:

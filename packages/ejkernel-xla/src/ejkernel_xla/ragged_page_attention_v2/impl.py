@@ -25,10 +25,10 @@ class XlaRaggedPageAttentionv2(KernelImpl):
     }
 
     def heuristic_cfg(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> RaggedPageAttentionv2Config:
-        return H.heuristic(args)
+        return H.configs(args, device.platform)[0]
 
     def candidate_cfgs(self, args: RaggedPageAttentionv2Args, device: DeviceInfo) -> list[RaggedPageAttentionv2Config]:
-        return H.candidates(args)
+        return H.configs(args, device.platform)[1]
 
     def validate_cfg(
         self, cfg: RaggedPageAttentionv2Config, args: RaggedPageAttentionv2Args, device: DeviceInfo

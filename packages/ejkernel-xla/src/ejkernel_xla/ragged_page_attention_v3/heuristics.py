@@ -1,31 +1,15 @@
-"""Query tokens per block and pages per step of the XLA ``ragged_page_attention_v3`` scan: pure
-functions of the shapes."""
+"""Query tokens per block and pages per step of the XLA ``ragged_page_attention_v3`` scan: v2's rule
+(the same scan, the same names of shapes) making v3's configs."""
 
 from __future__ import annotations
 
-from ejkernel.ops.families.serving import MAX_QUERY_BLOCK, query_block_size, query_slots
 from ejkernel.ops.ragged_page_attention_v3 import RaggedPageAttentionv3Args, RaggedPageAttentionv3Config
 
-# A step holds (query slot, cached token) logits for every block of queries: aim at 2^16 pairs per
-# step, between one page and 2048 cached tokens.
-PAIRS = 1 << 16
-MAX_TOKENS = 2048
-CANDIDATE_PAIRS = (1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
+from ..ragged_page_attention_v2 import heuristics as v2
 
 
-def _pages(args: RaggedPageAttentionv3Args, pairs: int, block_q: int) -> int:
-    rows = query_slots(args.total_tokens, args.max_num_seqs, block_q)
-    tokens = min(MAX_TOKENS, max(1, pairs // max(1, rows)))
-    return max(1, min(args.pages_per_seq, tokens // args.page_size))
-
-
-def heuristic(args: RaggedPageAttentionv3Args) -> RaggedPageAttentionv3Config:
-    bq = query_block_size(args.total_tokens, args.max_num_seqs)
-    return RaggedPageAttentionv3Config(num_kv_pages_per_block=_pages(args, PAIRS, bq), num_queries_per_block=bq)
-
-
-def candidates(args: RaggedPageAttentionv3Args) -> list[RaggedPageAttentionv3Config]:
-    bq = query_block_size(args.total_tokens, args.max_num_seqs)
-    blocks = sorted({1, bq, min(2 * bq, MAX_QUERY_BLOCK)})
-    sizes = sorted({(_pages(args, p, b), b) for p in CANDIDATE_PAIRS for b in blocks})
-    return [RaggedPageAttentionv3Config(num_kv_pages_per_block=n, num_queries_per_block=b) for n, b in sizes]
+def configs(
+    args: RaggedPageAttentionv3Args, platform: str
+) -> tuple[RaggedPageAttentionv3Config, list[RaggedPageAttentionv3Config]]:
+    """The heuristic's config on ``platform`` and the candidates of autotuning."""
+    return v2.configs(args, platform, RaggedPageAttentionv3Config)

@@ -28,10 +28,10 @@ class XlaRaggedPageAttentionv3(KernelImpl):
     }
 
     def heuristic_cfg(self, args: RaggedPageAttentionv3Args, device: DeviceInfo) -> RaggedPageAttentionv3Config:
-        return H.heuristic(args)
+        return H.configs(args, device.platform)[0]
 
     def candidate_cfgs(self, args: RaggedPageAttentionv3Args, device: DeviceInfo) -> list[RaggedPageAttentionv3Config]:
-        return H.candidates(args)
+        return H.configs(args, device.platform)[1]
 
     def validate_cfg(
         self, cfg: RaggedPageAttentionv3Config, args: RaggedPageAttentionv3Args, device: DeviceInfo

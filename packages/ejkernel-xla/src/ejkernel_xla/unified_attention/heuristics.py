@@ -1,30 +1,24 @@
-"""Cached tokens per step and query tokens per block of the XLA unified attention scan: pure
-functions of the shapes."""
+"""Cached tokens per step and query tokens per block of the XLA unified attention scan: the serving
+family's rule (:func:`ejkernel.ops.families.serving.ragged_scan_configs`) on this op's shapes."""
 
 from __future__ import annotations
 
-from ejkernel.ops.families.serving import query_block_size, query_slots
+from ejkernel.ops.families.serving import query_block_size, ragged_scan_configs
 from ejkernel.ops.unified_attention import UnifiedAttentionArgs, UnifiedAttentionConfig
 
-# A step holds (query slot, cached token) logits for every block of queries: aim at 2^16 pairs per
-# step, between one page and 2048 cached tokens.
-PAIRS = 1 << 16
-MAX_TOKENS = 2048
-CANDIDATE_PAIRS = (1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
 
-
-def _block_dim(args: UnifiedAttentionArgs, pairs: int) -> int:
-    rows = query_slots(args.total_tokens, args.num_seqs, block_q(args))
-    tokens = min(MAX_TOKENS, max(1, pairs // max(1, rows)))
-    return max(1, min(args.max_blocks_per_seq, tokens // args.block_size)) * args.block_size
-
-
-def heuristic(args: UnifiedAttentionArgs) -> UnifiedAttentionConfig:
-    return UnifiedAttentionConfig(block_dim=_block_dim(args, PAIRS))
-
-
-def candidates(args: UnifiedAttentionArgs) -> list[UnifiedAttentionConfig]:
-    return [UnifiedAttentionConfig(block_dim=b) for b in sorted({_block_dim(args, p) for p in CANDIDATE_PAIRS})]
+def configs(args: UnifiedAttentionArgs, platform: str) -> tuple[UnifiedAttentionConfig, list[UnifiedAttentionConfig]]:
+    """The heuristic's config on ``platform`` and the candidates of autotuning: the pages of the
+    rule's candidates at the heuristic's query block (the config has no field for it)."""
+    bq = block_q(args)
+    (pages, _), tiles = ragged_scan_configs(
+        args, platform, lambda n, b: (n, b),
+        max_seqs=args.num_seqs, page_size=args.block_size, max_pages=args.max_blocks_per_seq,
+    )  # fmt: skip
+    blocks = sorted({n for n, b in tiles if b == bq})
+    return UnifiedAttentionConfig(block_dim=pages * args.block_size), [
+        UnifiedAttentionConfig(block_dim=n * args.block_size) for n in blocks
+    ]
 
 
 def pages_per_step(cfg: UnifiedAttentionConfig, args: UnifiedAttentionArgs) -> int:

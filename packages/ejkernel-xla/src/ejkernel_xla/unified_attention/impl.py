@@ -22,10 +22,10 @@ class XlaUnifiedAttention(KernelImpl):
     test_configs: ClassVar[dict[str, OpConfig]] = {"page1": UnifiedAttentionConfig(block_dim=1)}
 
     def heuristic_cfg(self, args: UnifiedAttentionArgs, device: DeviceInfo) -> UnifiedAttentionConfig:
-        return H.heuristic(args)
+        return H.configs(args, device.platform)[0]
 
     def candidate_cfgs(self, args: UnifiedAttentionArgs, device: DeviceInfo) -> list[UnifiedAttentionConfig]:
-        return H.candidates(args)
+        return H.configs(args, device.platform)[1]
 
     def validate_cfg(self, cfg: UnifiedAttentionConfig, args: UnifiedAttentionArgs, device: DeviceInfo) -> None:
         if cfg.block_dim is None:

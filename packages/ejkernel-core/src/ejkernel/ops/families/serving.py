@@ -11,6 +11,8 @@ bindings:
   pages, for any cache layout (the caller reads a block of pages); :func:`ragged_paged_scan`:
   the same with the packed query tokens grouped into blocks of one sequence's consecutive tokens
   (one gather and one matmul per block instead of per token), :func:`query_block_size` its size and :func:`query_slots` its rows;
+  :func:`scan_pages` (:func:`ragged_scan_pages`): the pages per step, from the platform's
+  :func:`scan_budget`;
 - :func:`ragged_reference`: the references' per-sequence dense attention (and log-sum-exp);
 - :func:`state_lse`: the log-sum-exp of a finished online softmax (to merge cascades);
 - :func:`last_tokens_window`: a window of the last ``w`` tokens (vLLM's, JetStream's meaning);
@@ -31,7 +33,7 @@ bindings:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +46,9 @@ from ..checks import ValueRule
 __all__ = [
     "FEATURES",
     "MAX_QUERY_BLOCK",
+    "SCAN_BUDGETS",
+    "SCAN_BUDGET_ACCELERATOR",
+    "ScanBudget",
     "SoftmaxState",
     "finish",
     "gather_pages",
@@ -65,6 +70,12 @@ __all__ = [
     "ragged_paged_scan",
     "ragged_query_rows",
     "ragged_reference",
+    "ragged_scan_configs",
+    "ragged_scan_pages",
+    "ragged_scan_tiles",
+    "scan_budget",
+    "scan_pages",
+    "scan_pair_candidates",
     "sinks_per_head",
     "state_lse",
 ]
@@ -85,6 +96,7 @@ FEATURES: dict[str, tuple[str, Any]] = {
 
 
 F32 = jnp.float32
+C = TypeVar("C")
 
 
 def sinks_per_head(aux: Any, num_heads: int) -> Any:
@@ -494,6 +506,100 @@ def query_block_size(total_tokens: int, max_seqs: int) -> int:
         return 1
     mean = -(-total_tokens // max(1, max_seqs))
     return min(MAX_QUERY_BLOCK, 1 << (mean - 1).bit_length())
+
+
+class ScanBudget(NamedTuple):
+    """What one step of :func:`paged_scan` holds at most: its step size in the XLA serving ops."""
+
+    pairs: int  # (query slot, cached token) pairs of logits (per head)
+    max_tokens: int  # cached tokens
+    gather_bytes: int  # keys and values gathered for every row of the step
+
+
+#: A CPU keeps a step's logits in its caches: steps of 2^16 pairs measured fastest there
+#: (benchmarks/results/cpu/ragged_page_attention_v3.json). A GPU pays launches and a loop
+#: iteration per step: on an H200, 8 prompts of 2048 tokens in such steps (128 of them) ran 7x
+#: slower than dense attention over the same tokens (benchmarks/results/h200/
+#: ragged_page_attention_v3.json), so accelerators take steps 64x larger, bounded by the bytes
+#: each step gathers.
+SCAN_BUDGETS: dict[str, ScanBudget] = {"cpu": ScanBudget(1 << 16, 2048, 1 << 30)}
+SCAN_BUDGET_ACCELERATOR = ScanBudget(1 << 22, 1 << 14, 1 << 28)
+
+
+def scan_budget(platform: str) -> ScanBudget:
+    """The step budget of :func:`paged_scan` on ``platform`` (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
+    return SCAN_BUDGETS.get(platform, SCAN_BUDGET_ACCELERATOR)
+
+
+def scan_pages(
+    *, slots: int, rows: int, token_bytes: int, page_size: int, max_pages: int, platform: str, pairs: int | None = None
+) -> int:
+    """Pages per step of :func:`paged_scan` for ``slots`` query slots in ``rows`` rows, each row
+    gathering ``token_bytes`` of keys and values per cached token: the budget's ``pairs`` (or
+    ``pairs``) over the slots, at most its tokens and its gathered bytes, in whole pages, between
+    one and ``max_pages``."""
+    b = scan_budget(platform)
+    tokens = min(b.max_tokens, (pairs or b.pairs) // max(1, slots), b.gather_bytes // max(1, rows * token_bytes))
+    return max(1, min(max_pages, tokens // page_size))
+
+
+def scan_pair_candidates(platform: str) -> tuple[int, ...]:
+    """The pairs per step that autotuning tries on ``platform``: the budget's, halved twice and
+    doubled twice."""
+    p = scan_budget(platform).pairs
+    return (p >> 2, p >> 1, p, p << 1, p << 2)
+
+
+def ragged_scan_pages(
+    *,
+    total_tokens: int,
+    max_seqs: int,
+    block_q: int,
+    token_bytes: int,
+    page_size: int,
+    max_pages: int,
+    platform: str,
+    pairs: int | None = None,
+) -> int:
+    """:func:`scan_pages` of :func:`ragged_paged_scan` over ``total_tokens`` packed tokens of at
+    most ``max_seqs`` sequences in blocks of ``block_q`` (a row per block)."""
+    slots = query_slots(total_tokens, max_seqs, block_q)
+    return scan_pages(
+        slots=slots, rows=-(-slots // max(1, block_q)), token_bytes=token_bytes, page_size=page_size,
+        max_pages=max_pages, platform=platform, pairs=pairs,
+    )  # fmt: skip
+
+
+def ragged_scan_tiles(
+    *, total_tokens: int, max_seqs: int, token_bytes: int, page_size: int, max_pages: int, platform: str
+) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """The heuristic ``(pages per step, query block)`` of :func:`ragged_paged_scan` and the
+    candidates of autotuning (query blocks of 1, the heuristic's and twice it, at most
+    :data:`MAX_QUERY_BLOCK`; each with the pages of :func:`scan_pair_candidates`), shared by the
+    XLA serving ops."""
+    bq = query_block_size(total_tokens, max_seqs)
+    kw = {
+        "total_tokens": total_tokens, "max_seqs": max_seqs, "token_bytes": token_bytes, "page_size": page_size,
+        "max_pages": max_pages, "platform": platform,
+    }  # fmt: skip
+    blocks = sorted({1, bq, min(2 * bq, MAX_QUERY_BLOCK)})
+    pairs = scan_pair_candidates(platform)
+    candidates = sorted({(ragged_scan_pages(block_q=b, pairs=p, **kw), b) for p in pairs for b in blocks})
+    return (ragged_scan_pages(block_q=bq, **kw), bq), candidates
+
+
+def ragged_scan_configs(
+    args: Any, platform: str, config: Callable[[int, int], C], *, max_seqs: int, page_size: int, max_pages: int
+) -> tuple[C, list[C]]:
+    """:func:`ragged_scan_tiles` of a serving op's ``args`` (``total_tokens`` packed query tokens
+    of ``num_kv_heads`` kv heads of ``head_dim``, in ``dtype``) as configs ``config(pages per
+    step, query block)``: the heuristic's and the candidates'."""
+    (pages, bq), tiles = ragged_scan_tiles(
+        total_tokens=args.total_tokens, max_seqs=max_seqs,
+        token_bytes=2 * args.num_kv_heads * args.head_dim * jnp.dtype(args.dtype).itemsize,
+        page_size=page_size, max_pages=max_pages, platform=platform,
+    )  # fmt: skip
+    return config(pages, bq), [config(n, b) for n, b in tiles]
 
 
 def query_slots(total_tokens: int, max_seqs: int, block_q: int) -> int:
