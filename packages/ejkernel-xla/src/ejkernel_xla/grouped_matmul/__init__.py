@@ -1,4 +1,5 @@
-"""XLA ``grouped_matmul``: ``jax.lax.ragged_dot`` with the op's validation."""
+"""XLA ``grouped_matmul``: a tiled loop over chunks of one group's rows (the CPU's form), or
+``jax.lax.ragged_dot``."""
 
 from .impl import XlaGroupedMatmul
 

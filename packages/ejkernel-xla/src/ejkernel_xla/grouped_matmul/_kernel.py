@@ -1,8 +1,11 @@
-"""``grouped_matmul`` on ``jax.lax.ragged_dot`` (its own transpose rules give the gradients).
+"""``grouped_matmul`` in two forms: the tiled loop (``_tiled``, chunks of ``block_m`` rows of
+one group each) or ``jax.lax.ragged_dot`` (its own transpose rules give the gradients), whose
+``rhs_scale`` form is the only one here. Both compute the local groups' rows; ``merge_rows`` adds
+the bias and ``existing_out``'s rows.
 
-A slice of the groups (``group_offset``) runs as a ragged dot over ``g + 1`` groups: a leading
-group of the rows before the slice times a zero matrix, then the local groups; rows past the
-slice are past the ragged dot's groups, hence zero.
+On ``lax.ragged_dot``, a slice of the groups (``group_offset``) runs as a ragged dot over
+``g + 1`` groups: a leading group of the rows before the slice times a zero matrix, then the
+local groups; rows past the slice are past the ragged dot's groups, hence zero.
 
 ``rhs_scale`` (one scale per group, block of ``k`` and column) scales the float32 products: each
 block of ``k`` is its own ragged dot, whose rows are multiplied by their group's scales for that
@@ -16,6 +19,8 @@ import jax.numpy as jnp
 
 from ejkernel.ops.grouped_matmul.op import GroupedMatmulArgs, group_bounds, merge_rows, row_groups
 
+from ._tiled import chunks, tiled_matmul
+
 _PRECISION = {
     "default": jax.lax.Precision.DEFAULT,
     "high": jax.lax.Precision.HIGH,
@@ -23,7 +28,21 @@ _PRECISION = {
 }
 
 
-def grouped_matmul(a: GroupedMatmulArgs) -> jax.Array:
+def grouped_matmul(a: GroupedMatmulArgs, block_m: int | None = None) -> jax.Array:
+    """The op's output: the tiled form with chunks of ``block_m`` rows (at most ``m``), or
+    ``lax.ragged_dot`` where ``block_m`` is ``None`` or with ``rhs_scale``."""
+    if block_m is None or a.rhs_scale is not None:
+        return ragged(a)
+    block = min(block_m, a.m)
+    starts, ends = group_bounds(a)
+    out = tiled_matmul(
+        a.lhs, a.rhs, chunks(starts, ends, a.m, block), block, a.transpose_rhs, _PRECISION[a.precision], a.out_dtype
+    )
+    return merge_rows(a, out)
+
+
+def ragged(a: GroupedMatmulArgs) -> jax.Array:
+    """The op's output through ``lax.ragged_dot``."""
     rhs = jnp.swapaxes(a.rhs, 1, 2) if a.transpose_rhs else a.rhs
     sizes = a.group_sizes.astype(jnp.int32)
     if a.has_offset:
