@@ -31,6 +31,7 @@ from jaxtyping import Array, Int
 
 from .args import as_array, check_kind, describe_array, is_traced, static_bool
 from .checks import ValueRule, enforce
+from .families.serving import unique_drop_index
 from .page_attention.op import DEFAULT_CACHE_LAYOUT, EARLIER_CACHE_LAYOUT
 
 __all__ = ["KV_CACHE_LAYOUTS", "OP_KV_CACHE_LAYOUTS", "KVCacheLayout", "write_kv_pages"]
@@ -194,9 +195,11 @@ def _rules(num_slots: int) -> list[ValueRule]:
 
 
 def _slot_index(slots: Any, num_slots: int) -> Any:
-    # A negative slot is moved past the end, where the scatter drops it: JAX's indexing would
-    # otherwise wrap it to the cache's last slot.
-    return jnp.where(slots < 0, num_slots, slots)
+    # A negative slot is moved past the end, where the scatter drops it (JAX's indexing would
+    # otherwise wrap it to the cache's last slot), each to its own position: the scatters declare
+    # their indices unique (a slot repeated under jit, where the rule cannot see it, is the
+    # caller's error).
+    return unique_drop_index(slots, slots >= 0, num_slots)
 
 
 def _scatter(layout: str, cache: Any, new: Any, idx: Any) -> Any:
@@ -205,13 +208,13 @@ def _scatter(layout: str, cache: Any, new: Any, idx: Any) -> Any:
     if layout == "heads_blocks_tokens":
         heads, pages, size, d = cache.shape
         flat = cache.reshape(heads, pages * size, d)
-        return flat.at[:, idx].set(jnp.swapaxes(new, 0, 1), mode="drop").reshape(cache.shape)
+        return flat.at[:, idx].set(jnp.swapaxes(new, 0, 1), mode="drop", unique_indices=True).reshape(cache.shape)
     if layout == EARLIER_CACHE_LAYOUT:
         size = cache.shape[2]
         # The two advanced indices around the head slice put the token axis first: [tokens, heads, d].
-        return cache.at[idx // size, :, idx % size].set(new, mode="drop")
+        return cache.at[idx // size, :, idx % size].set(new, mode="drop", unique_indices=True)
     pages, size, heads, d = cache.shape  # interleaved, blocks_tokens_heads: a slot is a row
-    return cache.reshape(pages * size, heads, d).at[idx].set(new, mode="drop").reshape(cache.shape)
+    return cache.reshape(pages * size, heads, d).at[idx].set(new, mode="drop", unique_indices=True).reshape(cache.shape)
 
 
 def _write(layout: str, *arrays: Any) -> tuple[Any, ...]:

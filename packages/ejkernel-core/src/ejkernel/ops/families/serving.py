@@ -78,6 +78,7 @@ __all__ = [
     "scan_pair_candidates",
     "sinks_per_head",
     "state_lse",
+    "unique_drop_index",
 ]
 
 #: The features of the decode and serving ops (``page_attention``, ``ragged_decode_attention``,
@@ -402,6 +403,15 @@ def packed_batch_case(
 # Packed query rows: the blocked XLA form
 
 
+def unique_drop_index(index: Any, keep: Any, end: int) -> jax.Array:
+    """``index`` ([n] integers) where ``keep``, else a distinct position past ``end``
+    (``end + i`` for entry ``i``): a scatter into ``end`` slots with ``mode="drop"`` writes nothing
+    there, and the indices stay unique, so the scatter may say ``unique_indices=True`` (XLA's GPU
+    scatter then writes the rows in parallel: 16384 rows of 4 KiB in 0.05 ms on an H200 against
+    0.26 ms without it, ``benchmarks/results/h200/ragged_page_attention_v3.json``)."""
+    return jnp.where(keep, index, end + jnp.arange(index.shape[0], dtype=index.dtype))
+
+
 def ragged_query_rows(
     query_start_loc: Any,
     kv_lens: Any,
@@ -679,7 +689,9 @@ def ragged_paged_scan(
         r = x.shape[3:]
         x = jnp.moveaxis(x.reshape(nb, hk, block_q, g, *r), 2, 1).reshape(nb * block_q, hk, g, *r)
         out = jnp.full((t_all, hk, g, *r), fill, x.dtype)
-        return out.at[tok.reshape(-1)].set(x, mode="drop")  # each token fills one slot
+        # Each token fills one slot; the empty slots are dropped.
+        idx = unique_drop_index(tok.reshape(-1), used.reshape(-1), t_all)
+        return out.at[idx].set(x, mode="drop", unique_indices=True)
 
     return SoftmaxState(to_tokens(state.m, -jnp.inf), to_tokens(state.l, 0.0), to_tokens(state.acc, 0.0))
 

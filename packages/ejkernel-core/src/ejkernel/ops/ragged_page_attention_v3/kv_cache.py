@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..families.serving import ragged_query_rows
+from ..families.serving import ragged_query_rows, unique_drop_index
 
 __all__ = [
     "LANES",
@@ -122,12 +122,15 @@ def write_step(args: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Ar
     :func:`~ejkernel.ops.families.serving.ragged_query_rows`. Each live row's key and value, packed
     as the cache packs them, go to its slot in one scatter; padding rows aim past the last page
     and are dropped, so they write nothing (under ``jit`` with the cache donated, the scatter
-    updates it in place)."""
+    updates it in place). Two live rows never share a slot, so the scatter declares its indices
+    unique (:func:`~ejkernel.ops.families.serving.unique_drop_index`)."""
     t_all = int(args.queries.shape[0])
     rows = ragged_query_rows(args.query_start_loc, args.kv_lens, args.num_seqs, t_all, window=args.sliding_window)
     seq, pos, lo, hi = rows
     tables = args.block_tables.reshape(args.max_num_seqs, args.pages_per_seq)
     # A row of a live sequence attends at least its own position; padding rows attend nothing.
-    page = jnp.where(hi > lo, tables[seq, jnp.clip(pos, 0) // args.page_size], args.num_pages)
+    # Live rows own their slots (a sequence writes its new tokens to its own pages).
+    page = unique_drop_index(tables[seq, jnp.clip(pos, 0) // args.page_size], hi > lo, args.num_pages)
     new = pack_heads(args.keys, args.values, args.kv_cache.dtype)  # [tokens, packed rows, packing, dp]
-    return args.kv_cache.at[page, jnp.clip(pos, 0) % args.page_size].set(new, mode="drop"), rows
+    cache = args.kv_cache.at[page, jnp.clip(pos, 0) % args.page_size].set(new, mode="drop", unique_indices=True)
+    return cache, rows
