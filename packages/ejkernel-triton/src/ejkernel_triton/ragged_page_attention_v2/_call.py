@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ejkernel.ops.families.serving import finish, merge_sinks, merge_splits
+from ejkernel.ops.families.serving import finish, merge_sinks, merge_splits, unique_drop_index
 
 from .._launch import dot_precision, launch
 from ._kernel import paged_attention_kernel
@@ -109,21 +109,13 @@ def paged_attention(
     n = jnp.asarray(num_seqs, jnp.int32).reshape(1)
     aux = sinks.astype(F32) if sinks is not None else jnp.zeros((1,), F32)
     part_rows = (m, splits, num_kv_heads, block_m_dec)
-    out, pm, pl, pacc = launch(
-        paged_attention_kernel,
-        q, k_cache, v_cache, tables, lens, qsl, n, aux,
-        np.float32(scale), np.float32(soft_cap or 1.0), int(window_left or 0),
-        out_shape=[
-            jax.ShapeDtypeStruct((t_all, h, dv), q.dtype),
-            jax.ShapeDtypeStruct(part_rows, F32),
-            jax.ShapeDtypeStruct(part_rows, F32),
-            jax.ShapeDtypeStruct((*part_rows, dv_pad), F32),
-        ],
-        grid=((num_prefill + m * splits) * num_kv_heads,),
-        num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages,
-        zeroed_outputs=(0,),
-        name="ejkernel_paged_attention",
+    out_shape = [
+        jax.ShapeDtypeStruct((t_all, h, dv), q.dtype),
+        jax.ShapeDtypeStruct(part_rows, F32),
+        jax.ShapeDtypeStruct(part_rows, F32),
+        jax.ShapeDtypeStruct((*part_rows, dv_pad), F32),
+    ]
+    constexprs = dict(
         stride_qt=h * d, stride_qh=d,
         stride_kp=view.k_strides[0], stride_ks=view.k_strides[1], stride_kh=view.k_strides[2], K_OFFSET=view.k_offset,
         stride_vp=view.v_strides[0], stride_vs=view.v_strides[1], stride_vh=view.v_strides[2], V_OFFSET=view.v_offset,
@@ -137,6 +129,26 @@ def paged_attention(
         # float32 inputs: three TF32 products per dot keep float32 accuracy on the tensor cores.
         DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
+    args = (q, k_cache, v_cache, tables, lens, qsl, n, aux, np.float32(scale), np.float32(soft_cap or 1.0),
+            int(window_left or 0))  # fmt: skip
+
+    def run(outs: list[jax.ShapeDtypeStruct], programs: int, warps: int, offset: int, zeroed: tuple[int, ...]) -> Any:
+        return launch(
+            paged_attention_kernel, *args, out_shape=outs, grid=(programs * num_kv_heads,), num_warps=warps,
+            num_stages=tiles.num_stages, zeroed_outputs=zeroed, name="ejkernel_paged_attention",
+            WORK_OFFSET=offset, **constexprs,
+        )  # fmt: skip
+
+    if num_prefill and tiles.decode_warps != tiles.num_warps:
+        # Two launches, each kind of program at its own warp count: the prefill tiles write the
+        # output (the other outputs, never touched, as one element each), then the decode splits
+        # their partials (and a one-row output of their own, never touched).
+        one = jax.ShapeDtypeStruct((1,) * 4, F32)
+        out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 0, (0,))[0]
+        tiny = jax.ShapeDtypeStruct((1, 1, 1), q.dtype)
+        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, tiles.decode_warps, num_prefill, ())
+    else:
+        out, pm, pl, pacc = run(out_shape, num_prefill + m * splits, tiles.num_warps, 0, (0,))
     return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)
 
 
@@ -170,5 +182,6 @@ def combine(
     q_lens = qsl[1:] - qsl[:-1]
     j = jnp.arange(decode_q, dtype=jnp.int32)
     decode = (jnp.arange(m) < num_seqs) & (q_lens > 0) & (q_lens <= decode_q)
-    target = jnp.where(decode[:, None] & (j[None, :] < q_lens[:, None]), qsl[:-1, None] + j[None, :], t_all)
-    return out.at[target.reshape(-1)].set(vals, mode="drop")
+    keep = decode[:, None] & (j[None, :] < q_lens[:, None])
+    target = unique_drop_index((qsl[:-1, None] + j[None, :]).reshape(-1), keep.reshape(-1), t_all)
+    return out.at[target].set(vals, mode="drop", unique_indices=True)

@@ -2,7 +2,9 @@
 packed query tokens over a paged K/V cache, in one launch.
 
 Programs ``[0, NUM_PREFILL)`` are prefill tiles, the rest decode splits (heaviest work first: the
-GPU starts blocks in index order); each program serves one kv head (``pid % NUM_KV_HEADS``), and
+GPU starts blocks in index order); a launch may run a part of them (its program ``i`` does work
+``i + WORK_OFFSET``: the host launches the two kinds apart when they want different warp
+counts). Each program serves one kv head (``pid % NUM_KV_HEADS``), and
 the query heads of its GQA group are the rows of its tile next to the query tokens (row ``r``:
 token ``r // GROUPS``, head ``r % GROUPS``), so a page is read once per group.
 
@@ -158,10 +160,11 @@ def paged_attention_kernel(
     NUM_PREFILL: tl.constexpr, NUM_SPLITS: tl.constexpr, DECODE_Q: tl.constexpr, BLOCK_M_DEC: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, NUM_SINKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    WORK_OFFSET: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     kvh = pid % NUM_KV_HEADS
-    work = pid // NUM_KV_HEADS
+    work = pid // NUM_KV_HEADS + WORK_OFFSET
     num_seqs = tl.load(NumSeqs)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)

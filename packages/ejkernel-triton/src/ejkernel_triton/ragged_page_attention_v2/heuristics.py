@@ -42,6 +42,9 @@ class Tiles:
     num_splits: int  # programs per decode sequence and kv head
     num_warps: int
     num_stages: int
+    # Warps of the decode programs: when they differ from ``num_warps`` and the call may hold a
+    # prefill, the prefill tiles and the decode splits are two launches.
+    decode_warps: int = 4
 
 
 # Decode programs per SM the split count aims at (several resident per SM hide memory latency,
