@@ -99,6 +99,27 @@ def test_under_jit_with_a_traced_num_seqs_and_one_split_per_step():
     assert not np.any(np.asarray(out2[10:]))
 
 
+def test_prefill_and_decode_launched_apart(monkeypatch):
+    """Prefill tiles wanting more warps than the decode splits (Hopper's 256-row tiles): two
+    launches, each compiling one kind of program, together equal to the reference."""
+    import ejkernel_triton.ragged_page_attention_v2._call as call
+
+    kinds = []
+
+    def spy(*args, **kw):
+        kinds.append((kw["LAUNCH"], kw["num_warps"]))
+        return launch(*args, **kw)
+
+    launch = call.launch
+    monkeypatch.setattr(call, "launch", spy)
+    case = next(c for c in CASES if c.name.startswith("mixed") and c.dtype == "float32")
+    cfg = RaggedPageAttentionv2Config(
+        num_kv_pages_per_block=2, num_queries_per_block=8, num_warps=8, num_stages=2, num_splits=3
+    )
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
+    assert set(kinds) == {(1, 8), (2, 4)}
+
+
 # -- the other ops on the same kernel --------------------------------------------------------------
 # Their float32 conformance cases with each implementation's test config (the cases the kernel
 # does not serve, e.g. unified attention's ALiBi, must decline with the declared reason); the

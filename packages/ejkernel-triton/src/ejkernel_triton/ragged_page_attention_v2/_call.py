@@ -132,21 +132,21 @@ def paged_attention(
     args = (q, k_cache, v_cache, tables, lens, qsl, n, aux, np.float32(scale), np.float32(soft_cap or 1.0),
             int(window_left or 0))  # fmt: skip
 
-    def run(outs: list[jax.ShapeDtypeStruct], programs: int, warps: int, offset: int, zeroed: tuple[int, ...]) -> Any:
+    def run(outs: list[jax.ShapeDtypeStruct], programs: int, warps: int, kind: int, zeroed: tuple[int, ...]) -> Any:
         return launch(
             paged_attention_kernel, *args, out_shape=outs, grid=(programs * num_kv_heads,), num_warps=warps,
             num_stages=tiles.num_stages, zeroed_outputs=zeroed, name="ejkernel_paged_attention",
-            WORK_OFFSET=offset, **constexprs,
+            LAUNCH=kind, **constexprs,
         )  # fmt: skip
 
     if num_prefill and tiles.decode_warps != tiles.num_warps:
-        # Two launches, each kind of program at its own warp count: the prefill tiles write the
-        # output (the other outputs, never touched, as one element each), then the decode splits
-        # their partials (and a one-row output of their own, never touched).
+        # Two launches, each kind of program compiled alone at its own warp count: the prefill
+        # tiles write the output (the partials, never touched, as one element each), then the
+        # decode splits their partials (with a one-element output of their own, never touched).
         one = jax.ShapeDtypeStruct((1,) * 4, F32)
-        out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 0, (0,))[0]
+        out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 1, (0,))[0]
         tiny = jax.ShapeDtypeStruct((1, 1, 1), q.dtype)
-        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, tiles.decode_warps, num_prefill, ())
+        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, tiles.decode_warps, 2, ())
     else:
         out, pm, pl, pacc = run(out_shape, num_prefill + m * splits, tiles.num_warps, 0, (0,))
     return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)

@@ -6,15 +6,16 @@
   the split-K path, their query heads and tokens as the 16+ rows of one tile. ``num_splits``
   aims at :data:`PROGRAMS_PER_SM` decode programs per SM over every sequence that may decode,
   each attending at least :data:`MIN_SPLIT_BLOCKS` key steps.
-- Prefill rows: tiles of ``BLOCK_Q`` query tokens, ``BLOCK_Q * groups`` rows near 256 on Hopper
-  up to head dim 128 (two warpgroups of 128 rows), else near 64.
-- Warps and stages: 8 warps with Hopper's 256-row tiles (calls that may hold a prefill), else 4; 3 stages, fewer where shared
-  memory runs out (``fit``). On the H200, 8 prompts of 2048 tokens (h32/8, d128, bf16: the
-  prefill bar step of ``ragged_page_attention_v2``) ran in 0.892 ms with 256-row tiles, 64-token
-  key steps, 8 warps and 3 stages, against 0.96-1.0 ms for the best 128-row tiles with 4 warps
-  and 1.03-1.43 ms with 8 (the autotuning space and five 256-row configs, one run:
-  ``benchmarks/config_sweep.py`` as ``STAGES=servesweep`` of ``benchmarks/h200/gpu_suites.sh``
-  runs it).
+- Prefill rows: tiles of ``BLOCK_Q`` query tokens, ``BLOCK_Q * groups`` rows near 128 (64 above
+  head dim 128 or before Hopper).
+- Warps and stages: 4 warps, 3 stages, fewer stages where shared memory runs out (``fit``). The
+  autotuning space adds Hopper's 256-row prefill tiles with 8 warps; the host then launches the
+  prefill tiles and the 4-warp decode splits apart (``decode_warps``), each compiled alone. In
+  one H200 sweep (``benchmarks/config_sweep.py ragged_page_attention_v2 --impl triton
+  --candidates``) those tiles ran the prefill bar step (8 x 2048 tokens, h32/8, d128, bf16) in
+  0.892 ms against 0.982 for this heuristic, but, compiled into one launch with the decode
+  splits, 64 decodes at 8k in 0.948 ms against 0.606: the apart launches are not measured yet,
+  so they are not the default.
 """
 
 from __future__ import annotations
@@ -138,19 +139,20 @@ def heuristic_splits(s: Shape, block_n: int, cc: tuple[int, int] | None) -> int:
 def heuristic(s: Shape, cc: tuple[int, int] | None) -> Tiles:
     dmax = max(s.head_dim, s.value_head_dim)
     block_n = 64 if dmax <= 128 else 32
-    # Prefill tiles on Hopper: two warpgroups of 128 rows (decode-only calls keep 4 warps).
-    wide = s.prefill and dmax <= 128 and cc is not None and cc >= (9, 0)
-    rows = 256 if wide else 64
-    block_q = max(1, rows // s.groups)
+    rows = 128 if dmax <= 128 and _hopper(cc) else 64
     t = Tiles(
         block_n=block_n,
-        block_q=block_q,
+        block_q=max(1, rows // s.groups),
         decode_q=decode_q(s.groups),
         num_splits=heuristic_splits(s, block_n, cc),
-        num_warps=8 if wide else 4,
+        num_warps=4,
         num_stages=3,
     )
     return fit(s, t, cc)
+
+
+def _hopper(cc: tuple[int, int] | None) -> bool:
+    return cc is not None and cc >= (9, 0)
 
 
 def candidates(s: Shape, cc: tuple[int, int] | None) -> list[Tiles]:
@@ -161,13 +163,16 @@ def candidates(s: Shape, cc: tuple[int, int] | None) -> list[Tiles]:
     for block_n in (32, 64, 128):
         for warps in (4, 8):
             for stages in (2, 3, 4):
-                block_qs = (
-                    {base.block_q, max(1, 64 // s.groups), max(1, 128 // s.groups)} if s.prefill else {base.block_q}
-                )
+                block_qs = {base.block_q, max(1, 64 // s.groups)} if s.prefill else {base.block_q}
                 for block_q in block_qs:
                     t = dataclasses.replace(base, block_n=block_n, num_warps=warps, num_stages=stages, block_q=block_q)
                     if smem(s, t) <= smem_limit(cc):
                         out.add(t)
+    if s.prefill and max(s.head_dim, s.value_head_dim) <= 128 and _hopper(cc):
+        for stages in (2, 3):  # two warpgroups of 128 prefill rows
+            t = dataclasses.replace(base, block_q=max(1, 256 // s.groups), num_warps=8, num_stages=stages)
+            if smem(s, t) <= smem_limit(cc):
+                out.add(t)
     for splits in SPLIT_CANDIDATES:
         if splits <= max(1, _cdiv(s.max_context, base.block_n)):
             out.add(dataclasses.replace(base, num_splits=splits))
