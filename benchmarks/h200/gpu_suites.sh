@@ -43,10 +43,11 @@ stages=" ${STAGES:-first build conf gpu lse cuda bench} "
 # A stage that runs out of time must not leave its xdist workers compiling into the next stage.
 # Default verbosity (a stage adds -v to name each item). Each run gets its own session, and only
 # that process group is killed, so lanes (lanes.sh) on the other GPUs keep running.
-# Tests not started 60 s before the stage's limit are skipped (tests/conftest.py), so pytest ends
-# on its own and prints the tracebacks; the timeout stays as the backstop.
+# Tests not started 60 s before the stage's limit (a third of a limit under 180 s) are skipped
+# (tests/conftest.py), so pytest ends on its own and prints the tracebacks; the timeout stays as
+# the backstop (a fixed 60 s would leave a short stage no time past pytest's start-up).
 gpu_pytest() {
-  EJKERNEL_TEST_DEADLINE=$(($(date +%s) + $1 - 60)) XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -p no:cacheprovider -o addopts="" \
+  EJKERNEL_TEST_DEADLINE=$(($(date +%s) + $1 - ($1 < 180 ? $1 / 3 : 60))) XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -p no:cacheprovider -o addopts="" \
     -m "${MARKS:-not full and not packaging}" -rf "${@:2}" &
   local pid=$!; wait $pid; local rc=$?; kill -9 -- -$pid 2>/dev/null; return $rc
 }
