@@ -139,10 +139,12 @@ def test_bench_page_attention_reports_bandwidth(tmp_path):
     )  # fmt: skip
     assert code == 0
     records = json.loads(out_json.read_text())
-    assert {r["impl"] for r in records} == {"xla", "jax.nn[xla] dense decode"}
+    assert {r["impl"] for r in records} == {"xla", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"}
     for r in records:
         assert r["gbps"] > 0 and r["peak_gbps"] > 0 and r["bytes"] > 0
-    assert next(r for r in records if r["impl"] == "xla")["check"] == "ok"
+    xla = next(r for r in records if r["impl"] == "xla")
+    # On a CPU the XLA path's ratio is against the peer that gathers the pages in its timing.
+    assert xla["check"] == "ok" and xla["peer"] == "jax.nn[xla] gather + dense decode"
 
 
 def test_bench_ratios_take_each_cases_first_peer_with_a_record():

@@ -100,6 +100,16 @@ def test_serving_peers_match_reference(op, step, names):
     assert _bench_peers(op, step + SERVING) == [(n, "ok") for n in names]
 
 
+def test_page_attention_peers_match_reference():
+    """The pre-gathered dense decode (a kernel's bar) and the gather + dense decode (the XLA
+    path's peer: the gather timed), at a context that ends inside a page."""
+    argv = ["--b", "3", "--h", "4", "--hk", "2", "--d", "16", "--context", "37", "--block-size", "8"]
+    assert _bench_peers("page_attention", argv) == [
+        ("jax.nn[xla] dense decode", "ok"),
+        ("jax.nn[xla] gather + dense decode", "ok"),
+    ]
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -4,7 +4,9 @@ Paged decode is memory-bound: every sequence at full ``--context`` on randomly p
 bytes = K and V rows read + query read + output written, reported as GB/s next to ``peak_gbps``,
 a device-to-device copy measured in the same run. Peers: ``jax.nn.dot_product_attention`` decode
 over the same cache gathered to a dense ``[b, context, hk, d]`` layout (the gather is outside the
-timed region), ``"cudnn"`` on GPU and ``"xla"``. ``--cache-layout`` picks the cache's layout
+timed region: a kernel's bar), ``"cudnn"`` on GPU and ``"xla"``; and the plain JAX a user would
+write, ``jax.nn[xla] gather + dense decode``: the gather inside the timed region (the XLA path's
+peer, the ratio's on a CPU). ``--cache-layout`` picks the cache's layout
 (``both``: a row per layout on the same values, to compare them; each row has its own peers, so
 each has its ratio).
 """
@@ -27,7 +29,10 @@ from ..timing import measure_copy_gbps
 from .op import CACHE_LAYOUTS, DEFAULT_CACHE_LAYOUT
 from .reference import page_attention_reference
 
-__all__ = ["BENCH", "PageAttentionBench", "PageShape"]
+__all__ = ["BENCH", "GATHER_PEER", "PageAttentionBench", "PageShape"]
+
+#: The plain-JAX peer of the XLA path: the pages gathered, then the dense decode, both timed.
+GATHER_PEER = "jax.nn[xla] gather + dense decode"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,12 +52,18 @@ def _dense_decode(implementation: str, q: Any, k: Any, v: Any) -> Any:
     return jax.nn.dot_product_attention(q[:, None], k, v, implementation=implementation)[:, 0]
 
 
+def _gather_dense_decode(context: int, q: Any, key_cache: Any, value_cache: Any, tables: Any) -> Any:
+    """Every sequence's pages gathered (``[b, context, hk, d]``), then the dense decode."""
+    k, v = (c[tables].reshape(q.shape[0], -1, *c.shape[2:])[:, :context] for c in (key_cache, value_cache))
+    return _dense_decode("xla", q, k, v)
+
+
 class PageAttentionBench(OpBench):
     metric = "gbps"
 
     @staticmethod
     def peer(platform: str) -> str:
-        return "jax.nn[cudnn] dense decode" if platform == "gpu" else "jax.nn[xla] dense decode"
+        return "jax.nn[cudnn] dense decode" if platform == "gpu" else GATHER_PEER
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--b", type=int, default=1, help="batch (sequences)")
@@ -107,6 +118,8 @@ class PageAttentionBench(OpBench):
                     case_peers.append(
                         Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd))
                     )
+                gathered = functools.partial(_gather_dense_decode, s.context)
+                case_peers.append(Peer(GATHER_PEER, gathered, (q, kc, vc, tables)))
             check_fn = None
             if check:
                 from ...testing.conformance import LOW_PRECISION
