@@ -29,7 +29,7 @@ from ..timing import measure_copy_gbps
 from .op import CACHE_LAYOUTS, DEFAULT_CACHE_LAYOUT
 from .reference import page_attention_reference
 
-__all__ = ["BENCH", "GATHER_PEER", "PageAttentionBench", "PageShape"]
+__all__ = ["BENCH", "GATHER_PEER", "PageAttentionBench", "PageShape", "gather_pages_dense"]
 
 #: The plain-JAX peer of the XLA path: the pages gathered, then the dense decode, both timed.
 GATHER_PEER = "jax.nn[xla] gather + dense decode"
@@ -52,10 +52,16 @@ def _dense_decode(implementation: str, q: Any, k: Any, v: Any) -> Any:
     return jax.nn.dot_product_attention(q[:, None], k, v, implementation=implementation)[:, 0]
 
 
+def gather_pages_dense(context: int, key_cache: Any, value_cache: Any, tables: Any) -> tuple[Any, Any]:
+    """Each sequence's first ``context`` keys and values from its pages (``tables [seqs, pages]``,
+    caches ``[pages, page_size, hk, d]``): ``[seqs, context, hk, d]`` each."""
+    n = tables.shape[0]
+    return tuple(c[tables].reshape(n, -1, *c.shape[2:])[:, :context] for c in (key_cache, value_cache))
+
+
 def _gather_dense_decode(context: int, q: Any, key_cache: Any, value_cache: Any, tables: Any) -> Any:
-    """Every sequence's pages gathered (``[b, context, hk, d]``), then the dense decode."""
-    k, v = (c[tables].reshape(q.shape[0], -1, *c.shape[2:])[:, :context] for c in (key_cache, value_cache))
-    return _dense_decode("xla", q, k, v)
+    """Every sequence's pages gathered, then the dense decode (the plain-JAX peer)."""
+    return _dense_decode("xla", q, *gather_pages_dense(context, key_cache, value_cache, tables))
 
 
 class PageAttentionBench(OpBench):

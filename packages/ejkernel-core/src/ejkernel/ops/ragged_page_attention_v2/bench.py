@@ -13,9 +13,11 @@ decode-only step (``--chunks 0``) also beside ``page_attention`` (the default im
 over the cache's K and V halves as separate caches); a prefill-only step whose chunks are whole
 prompts (``--decodes 0``, ``--chunk == --chunk-context``) also beside ``flash_attention`` varlen
 (causal, ``cum_seqlens_q``) on the same tokens with a dense cache. The gathering, splitting and
-padding happen once, outside the timed calls. Ratios are against ``page_attention`` beside a
-decode-only step, the gather + dense peer (cuDNN on a GPU where it accepts, else XLA) beside any
-other.
+padding happen once, outside the timed calls (a kernel's bar), but for the plain JAX a user would
+write, ``jax.nn[xla] gather + dense`` (``... dense decode`` for a decode-only step), which gathers
+the pages and the query rows inside them (the XLA path's peer). Ratios are against
+``page_attention`` beside a decode-only step, else the gather + dense peer: cuDNN's beside the
+pre-gathered cache on a GPU (where it accepts), the timed gather's on a CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 from ..benchmark import BenchCase, OpBench, Peer
 from ..device import device_for_arrays
 from ..flash_attention.bench import make_check
-from ..page_attention.bench import _dense_decode
+from ..page_attention.bench import _dense_decode, _gather_dense_decode, gather_pages_dense
 from ..timing import measure_copy_gbps
 from .reference import ragged_page_attention_v2_reference
 
@@ -72,13 +74,26 @@ def _flash_varlen(q: Any, k: Any, v: Any, cu: Any) -> Any:
     return flash_attention(q, k, v, causal=True, cum_seqlens_q=cu)
 
 
+GATHERED = "gather + dense"
+
+
 def dense_peer_names(platform: str) -> tuple[str, ...]:
-    """The names of :func:`dense_peers`' masked form on ``platform``, cuDNN's first."""
-    return tuple(f"jax.nn[{name}] dense" for name in (["cudnn"] if platform == "gpu" else []) + ["xla"])
+    """The ratio peers among :func:`dense_peers`' masked forms on ``platform``, in order of
+    preference: cuDNN's and XLA's over the pre-gathered cache on a GPU, the timed gather on a CPU."""
+    if platform == "gpu":
+        return ("jax.nn[cudnn] dense", "jax.nn[xla] dense")
+    return (f"jax.nn[xla] {GATHERED}",)
 
 
 def _dense_step(implementation: str, q: Any, k: Any, v: Any, mask: Any) -> Any:
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def _gather_dense_step(
+    ctx: int, q: Any, k_cache: Any, v_cache: Any, tables: Any, rows: Any, valid: Any, mask: Any
+) -> Any:
+    qp = jnp.where(valid[..., None, None], q[rows], 0)
+    return _dense_step("xla", qp, *gather_pages_dense(ctx, k_cache, v_cache, tables), mask)
 
 
 def dense_peers(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl: Any) -> list[Peer]:
@@ -99,9 +114,18 @@ def dense_peers(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl:
     hk, d = k_cache.shape[2:]
     kd, vd = (c[jnp.asarray(tables)].reshape(n, -1, hk, d)[:, :ctx] for c in (k_cache, v_cache))
     impls = (["cudnn"] if device_for_arrays([]).platform == "gpu" else []) + ["xla"]
+    tables_d = jnp.asarray(tables)
     if (qlens == 1).all() and (lens == ctx).all():
         return [
-            Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd)) for name in impls
+            *(
+                Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd))
+                for name in impls
+            ),
+            Peer(
+                f"jax.nn[xla] {GATHERED} decode",
+                functools.partial(_gather_dense_decode, ctx),
+                (q, k_cache, v_cache, tables_d),
+            ),
         ]
     mq = int(qlens.max())
     valid = np.arange(mq) < qlens[:, None]  # [seqs, max rows]
@@ -111,14 +135,21 @@ def dense_peers(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl:
     mask = jnp.asarray((np.arange(ctx) <= last[..., None])[:, None])  # [seqs, 1, max rows, ctx]
     live = jnp.asarray(np.flatnonzero(valid))  # the packed rows, in order
     h = q.shape[1]
+
+    def to_op(o: Any) -> Any:
+        return o.reshape(n * mq, h, -1)[live]
+
     return [
+        *(
+            Peer(f"jax.nn[{name}] dense", functools.partial(_dense_step, name), (qp, kd, vd, mask), to_op=to_op)
+            for name in impls
+        ),
         Peer(
-            f"jax.nn[{name}] dense",
-            functools.partial(_dense_step, name),
-            (qp, kd, vd, mask),
-            to_op=lambda o: o.reshape(n * mq, h, -1)[live],
-        )
-        for name in impls
+            f"jax.nn[xla] {GATHERED}",
+            functools.partial(_gather_dense_step, ctx),
+            (q, k_cache, v_cache, tables_d, jnp.asarray(rows), jnp.asarray(valid), mask),
+            to_op=to_op,
+        ),
     ]
 
 
