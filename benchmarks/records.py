@@ -32,6 +32,7 @@ MEASUREMENT = {
     "time", "timer", "command", "commit", "source", "jax", "ejkernel", "device", "label", "check",
     "max_err", "peer", "fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops", "ms", "gbps",
     "fraction_of_peak", "flops_fwd", "bytes", "peak_gbps", "wall_s", "note", "compile_s", "compile_fwdbwd_s",
+    "roofline_ms",
 }  # fmt: skip
 
 
@@ -109,6 +110,9 @@ def problems(results: Path) -> list[str]:
         except (ValueError, json.JSONDecodeError) as e:
             found.append(f"{path}: {e}")
             continue
+        keys = [case_key(r) for r in records]
+        if len(set(keys)) < len(keys):
+            found.append(f"{path}: {len(keys) - len(set(keys))} record(s) of a case recorded twice")
         for r in records:
             if r.get("op") != path.stem:
                 found.append(f"{path}: a record of op {r.get('op')!r}")

@@ -136,6 +136,21 @@ def test_records_add_replaces_the_same_case(tmp_path):
     assert R.device_folder("NVIDIA H200") == "h200" and R.device_folder("cpu") == "cpu"
 
 
+def test_records_check_finds_a_case_recorded_twice(tmp_path):
+    R = _load(BENCH / "records.py", "bench_records")
+    base = {"op": "mean_pooling", "device": "cpu", "impl": "xla", "tokens": 8}
+    path = tmp_path / "cpu" / "mean_pooling.json"
+    path.parent.mkdir()
+    # Fields derived from the measurement (a roofline from the measured peak, ratios) do not make
+    # another case.
+    path.write_text(
+        json.dumps(
+            [{**base, "ms": 2.0, "roofline_ms": 1.0}, {**base, "ms": 1.0, "roofline_ms": 0.9, "ratio_gbps": 1.1}]
+        )
+    )
+    assert R.problems(tmp_path) == [f"{path}: 1 record(s) of a case recorded twice"]
+
+
 def test_docs_table_reads_the_records_and_survives_missing_fields(tmp_path):
     gen = _load(ROOT / "docs" / "gen_bench.py", "gen_bench")
     page = gen.render()
