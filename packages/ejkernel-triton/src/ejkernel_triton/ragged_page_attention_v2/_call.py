@@ -147,6 +147,8 @@ def paged_attention(
         out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 1, (0,))[0]
         tiny = jax.ShapeDtypeStruct((1, 1, 1), q.dtype)
         _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, tiles.decode_warps, 2, ())
+    elif not num_prefill:  # decode splits alone (page_attention): the kernel compiled without prefill tiles
+        out, pm, pl, pacc = run(out_shape, m * splits, tiles.num_warps, 2, (0,))
     else:
         out, pm, pl, pacc = run(out_shape, num_prefill + m * splits, tiles.num_warps, 0, (0,))
     return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)
