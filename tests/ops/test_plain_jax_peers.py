@@ -78,14 +78,38 @@ PROMPTS = ["--decodes", "0", "--chunks", "2", "--chunk", "20", "--chunk-context"
     ("op", "step", "names"),
     [
         ("ragged_page_attention_v2", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        ("ragged_page_attention_v2", DECODES, ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"]),
-        ("ragged_page_attention_v2", PROMPTS, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"]),
+        (
+            "ragged_page_attention_v2",
+            DECODES,
+            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
+        ),
+        (
+            "ragged_page_attention_v2",
+            PROMPTS,
+            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"],
+        ),
         ("unified_attention", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        ("unified_attention", DECODES, ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"]),
+        (
+            "unified_attention",
+            DECODES,
+            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
+        ),
         ("ragged_page_attention_v3", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        ("ragged_page_attention_v3", DECODES, ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"]),
-        ("ragged_page_attention_v3", PROMPTS, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"]),
-        ("prefill_page_attention", ["--chunk", "9", "--context", "37"], ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
+        (
+            "ragged_page_attention_v3",
+            DECODES,
+            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
+        ),
+        (
+            "ragged_page_attention_v3",
+            PROMPTS,
+            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"],
+        ),
+        (
+            "prefill_page_attention",
+            ["--chunk", "9", "--context", "37"],
+            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"],
+        ),
         (
             "prefill_page_attention",
             ["--chunk", "37", "--context", "37"],
