@@ -23,6 +23,8 @@
 #   servebench  the serving steps of the bars (bf16, h32/8, d128, page 16): 64 decodes at 8k;
 #          60 decodes at 4k + 4 chunks of 512 at 8k, and each part alone; 8 prompts of 2048
 #   servesweep  the Triton paged kernel's autotuning space on the prefill-only bar step (8 x 2048)
+#   servetiles  ragged_page_attention_v3's Triton heuristic beside the 256-row, 8-warp prefill tiles
+#          (prefill tiles and decode splits launched apart) on the three bar steps; SERVE_CONFIG overrides them
 #   benchlist  each `ejkernel bench` command line of BENCHES (separated by ";"), BENCH_ONE_S each,
 #          records as bench_<i>.json
 #   fla    benchmarks/linear_delta_vs_fla.py with FLA_ARGS (default: NSA at DeepSeek's sizes, T 32k,
@@ -154,6 +156,18 @@ if [[ $stages == *" servesweep "* ]]; then
     --dtype bfloat16 --repeats ${REPEATS:-5} --json "$out/serving_prefill_sweep.json" -- --h 32 --hk 8 --d 128 \
     --page-size 16 --decodes 0 --chunks 8 --chunk 2048 --chunk-context 2048 > "$out/serving_sweep.txt" 2>&1
   grep " ms " "$out/serving_sweep.txt" | sort -k9 -n | head -12
+fi
+if [[ $stages == *" servetiles "* ]]; then
+  cfg=${SERVE_CONFIG:-'{"num_queries_per_block":64,"num_kv_pages_per_block":4,"num_warps":8,"num_stages":3}'}
+  i=0
+  for step in "--decodes 64 --context 8192 --chunks 0" "--decodes 60 --context 4096 --chunks 4 --chunk 512 --chunk-context 8192" \
+      "--decodes 0 --chunks 8 --chunk 2048 --chunk-context 2048"; do
+    i=$((i + 1))
+    timeout ${STEP_S:-90} python3 benchmarks/config_sweep.py ragged_page_attention_v3 --impl triton --no-peers \
+      --config "$cfg" --dtype bfloat16 --repeats ${REPEATS:-5} --json "$out/servetiles_$i.json" -- --h 32 --hk 8 \
+      --d 128 --page-size 16 $step > "$out/servetiles_$i.txt" 2>&1
+    grep " ms " "$out/servetiles_$i.txt" | cut -c1-110
+  done
 fi
 if [[ $stages == *" benchlist "* ]]; then
   IFS=';' read -ra benches <<< "${BENCHES:-}"
