@@ -3,9 +3,9 @@ packed query tokens over a paged K/V cache, in one launch.
 
 Programs ``[0, NUM_PREFILL)`` are prefill tiles, the rest decode splits (heaviest work first: the
 GPU starts blocks in index order); the host may launch the two kinds apart (``LAUNCH``), each
-compiled alone, when they want different warp counts. Each program serves one kv head (``pid % NUM_KV_HEADS``), and
-the query heads of its GQA group are the rows of its tile next to the query tokens (row ``r``:
-token ``r // GROUPS``, head ``r % GROUPS``), so a page is read once per group.
+compiled alone, when they want different warp counts. Each program serves one kv head (``pid %
+NUM_KV_HEADS``), and the query heads of its GQA group are the rows of its tile next to the query
+tokens (row ``r``: token ``r // GROUPS``, head ``r % GROUPS``), so a page is read once per group.
 
 - A sequence whose query count is at most ``DECODE_Q`` is a decode: ``NUM_SPLITS`` programs each
   attend one range of its key blocks with a ``[BLOCK_M_DEC, *]`` tile and store their partial
@@ -145,117 +145,6 @@ def _find_sequence(QueryStartLoc, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def _prefill_program(
-    Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-    sm_scale, softcap, window_left,
-    Aux, Out,
-    stride_qt: tl.constexpr, stride_qh: tl.constexpr, stride_kp: tl.constexpr, stride_ks: tl.constexpr,
-    stride_vp: tl.constexpr, stride_vs: tl.constexpr, stride_bt: tl.constexpr,
-    GROUPS: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, NUM_PREFILL: tl.constexpr, DECODE_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    stride_ot: tl.constexpr, stride_oh: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
-    NUM_SINKS: tl.constexpr,
-):  # fmt: skip
-    """Prefill tile ``NUM_PREFILL - 1 - work`` of kv head ``kvh``: its normalized rows into ``Out``."""
-    # Prefill tiles, the last ones (the most keys under the causal mask) first.
-    tile = NUM_PREFILL - 1 - work
-    seq, first_tile = _find_sequence(QueryStartLoc, tile, num_seqs, BLOCK_Q)
-    q_start = tl.load(QueryStartLoc + seq)
-    q_len = tl.load(QueryStartLoc + seq + 1) - q_start
-    j0 = (tile - first_tile) * BLOCK_Q
-    if (num_seqs > 0) & (q_len > DECODE_Q) & (j0 < q_len):
-        ctx = tl.load(ContextLens + seq)
-        rows = tl.arange(0, BLOCK_M)
-        tok = j0 + rows // GROUPS
-        head = kvh * GROUPS + rows % GROUPS
-        row_ok = (rows < BLOCK_Q * GROUPS) & (tok < q_len)
-        pos = ctx - q_len + tok
-        q = load_tile(
-            Q + (q_start + tok).to(tl.int64)[:, None] * stride_qt + (head * stride_qh)[:, None] + offs_d[None, :],
-            row_ok, offs_d < HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD,
-        )  # fmt: skip
-        first_pos = ctx - q_len + j0
-        last_pos = ctx - q_len + tl.minimum(j0 + BLOCK_Q, q_len) - 1
-        start = 0
-        if HAS_WINDOW:
-            start = (tl.maximum(first_pos - window_left, 0) // BLOCK_N) * BLOCK_N
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM_V_PAD], tl.float32)
-        acc, l_i, m_i = _attend_range(
-            acc, l_i, m_i, q, pos, k_base, v_base, BlockTables + seq.to(tl.int64) * stride_bt, start,
-            last_pos + 1, ctx, first_pos, last_pos, sm_scale, softcap, window_left, offs_d, offs_dv,
-            stride_kp, stride_ks, stride_vp, stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V,
-            HEAD_DIM_V_PAD, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION,
-        )  # fmt: skip
-        for n in tl.static_range(NUM_SINKS):  # attention sinks: denominator only
-            a = tl.load(Aux + head * NUM_SINKS + n, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
-            m_new = tl.maximum(m_i, a)
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.math.exp2(a - m_new)
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        o_ptrs = Out + (q_start + tok).to(tl.int64)[:, None] * stride_ot + (head * stride_oh)[:, None]
-        tl.store(o_ptrs + offs_dv[None, :], out.to(Out.dtype.element_ty),
-                 mask=row_ok[:, None] & (offs_dv < HEAD_DIM_V)[None, :])  # fmt: skip
-
-
-@triton.jit
-def _decode_program(
-    Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-    sm_scale, softcap, window_left,
-    PartM, PartL, PartAcc,
-    stride_qt: tl.constexpr, stride_qh: tl.constexpr, stride_kp: tl.constexpr, stride_ks: tl.constexpr,
-    stride_vp: tl.constexpr, stride_vs: tl.constexpr, stride_bt: tl.constexpr,
-    GROUPS: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, NUM_PREFILL: tl.constexpr, DECODE_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    NUM_KV_HEADS: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M_DEC: tl.constexpr,
-):  # fmt: skip
-    """Decode split ``work - NUM_PREFILL`` of kv head ``kvh``: its partial softmax state."""
-    dec = work - NUM_PREFILL
-    seq = dec // NUM_SPLITS
-    split = dec % NUM_SPLITS
-    q_start = tl.load(QueryStartLoc + seq)
-    q_len = tl.load(QueryStartLoc + seq + 1) - q_start
-    if (seq < num_seqs) & (q_len > 0) & (q_len <= DECODE_Q):
-        ctx = tl.load(ContextLens + seq)
-        rows = tl.arange(0, BLOCK_M_DEC)
-        tok = rows // GROUPS
-        head = kvh * GROUPS + rows % GROUPS
-        row_ok = (rows < DECODE_Q * GROUPS) & (tok < q_len)
-        pos = ctx - q_len + tok
-        q = load_tile(
-            Q + (q_start + tok).to(tl.int64)[:, None] * stride_qt + (head * stride_qh)[:, None] + offs_d[None, :],
-            row_ok, offs_d < HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD,
-        )  # fmt: skip
-        first_pos = ctx - q_len
-        # This split's share of the key blocks from the window's start to the context's end.
-        start = 0
-        if HAS_WINDOW:
-            start = (tl.maximum(first_pos - window_left, 0) // BLOCK_N) * BLOCK_N
-        blocks = tl.cdiv(tl.maximum(ctx - start, 0), BLOCK_N)
-        per = tl.cdiv(blocks, NUM_SPLITS)
-        lo = tl.minimum(start + split * per * BLOCK_N, ctx)
-        hi = tl.minimum(lo + per * BLOCK_N, ctx)
-        m_i = tl.full([BLOCK_M_DEC], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M_DEC], tl.float32)
-        acc = tl.zeros([BLOCK_M_DEC, HEAD_DIM_V_PAD], tl.float32)
-        acc, l_i, m_i = _attend_range(
-            acc, l_i, m_i, q, pos, k_base, v_base, BlockTables + seq.to(tl.int64) * stride_bt, lo, hi, ctx,
-            first_pos, ctx - 1, sm_scale, softcap, window_left, offs_d, offs_dv,
-            stride_kp, stride_ks, stride_vp, stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V,
-            HEAD_DIM_V_PAD, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION,
-        )  # fmt: skip
-        part = ((seq * NUM_SPLITS + split) * NUM_KV_HEADS + kvh).to(tl.int64) * BLOCK_M_DEC + rows
-        tl.store(PartM + part, m_i * LN2)  # natural log: the host combines in it
-        tl.store(PartL + part, l_i)
-        tl.store(PartAcc + part[:, None] * HEAD_DIM_V_PAD + offs_dv[None, :], acc)
-
-
-@triton.jit
 def paged_attention_kernel(
     Q, K, V, BlockTables, ContextLens, QueryStartLoc, NumSeqs, Aux,
     sm_scale, softcap, window_left,
@@ -274,39 +163,94 @@ def paged_attention_kernel(
 ):  # fmt: skip
     pid = tl.program_id(0)
     kvh = pid % NUM_KV_HEADS
+    # LAUNCH: 0 both kinds of program, 1 the prefill tiles alone, 2 the decode splits alone (each
+    # launch then compiles only its kind: registers and shared memory sized for it).
+    work = pid // NUM_KV_HEADS + (NUM_PREFILL if LAUNCH == 2 else 0)
     num_seqs = tl.load(NumSeqs)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
     k_base = K + K_OFFSET + kvh * stride_kh
     v_base = V + V_OFFSET + kvh * stride_vh
-    # LAUNCH: 0 both kinds of program, 1 the prefill tiles alone, 2 the decode splits alone (each
-    # launch then compiles only its kind: registers and shared memory sized for it).
-    work = pid // NUM_KV_HEADS + (NUM_PREFILL if LAUNCH == 2 else 0)
-    if LAUNCH == 1:
-        _prefill_program(
-            Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-            sm_scale, softcap, window_left, Aux, Out, stride_qt, stride_qh, stride_kp, stride_ks, stride_vp, stride_vs, stride_bt,
-            GROUPS, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, NUM_PREFILL, DECODE_Q, BLOCK_N,
-            HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION, stride_ot, stride_oh, BLOCK_Q, BLOCK_M, NUM_SINKS,
-        )  # fmt: skip
-    elif LAUNCH == 2:
-        _decode_program(
-            Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-            sm_scale, softcap, window_left, PartM, PartL, PartAcc, stride_qt, stride_qh, stride_kp, stride_ks, stride_vp, stride_vs,
-            stride_bt, GROUPS, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, NUM_PREFILL,
-            DECODE_Q, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION, NUM_KV_HEADS, NUM_SPLITS, BLOCK_M_DEC,
-        )  # fmt: skip
-    elif work < NUM_PREFILL:
-        _prefill_program(
-            Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-            sm_scale, softcap, window_left, Aux, Out, stride_qt, stride_qh, stride_kp, stride_ks, stride_vp, stride_vs, stride_bt,
-            GROUPS, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, NUM_PREFILL, DECODE_Q, BLOCK_N,
-            HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION, stride_ot, stride_oh, BLOCK_Q, BLOCK_M, NUM_SINKS,
-        )  # fmt: skip
+
+    if (work < NUM_PREFILL) if LAUNCH == 0 else (LAUNCH == 1):
+        # Prefill tiles, the last ones (the most keys under the causal mask) first.
+        tile = NUM_PREFILL - 1 - work
+        seq, first_tile = _find_sequence(QueryStartLoc, tile, num_seqs, BLOCK_Q)
+        q_start = tl.load(QueryStartLoc + seq)
+        q_len = tl.load(QueryStartLoc + seq + 1) - q_start
+        j0 = (tile - first_tile) * BLOCK_Q
+        if (num_seqs > 0) & (q_len > DECODE_Q) & (j0 < q_len):
+            ctx = tl.load(ContextLens + seq)
+            rows = tl.arange(0, BLOCK_M)
+            tok = j0 + rows // GROUPS
+            head = kvh * GROUPS + rows % GROUPS
+            row_ok = (rows < BLOCK_Q * GROUPS) & (tok < q_len)
+            pos = ctx - q_len + tok
+            q = load_tile(
+                Q + (q_start + tok).to(tl.int64)[:, None] * stride_qt + (head * stride_qh)[:, None] + offs_d[None, :],
+                row_ok, offs_d < HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD,
+            )  # fmt: skip
+            first_pos = ctx - q_len + j0
+            last_pos = ctx - q_len + tl.minimum(j0 + BLOCK_Q, q_len) - 1
+            start = 0
+            if HAS_WINDOW:
+                start = (tl.maximum(first_pos - window_left, 0) // BLOCK_N) * BLOCK_N
+            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M], tl.float32)
+            acc = tl.zeros([BLOCK_M, HEAD_DIM_V_PAD], tl.float32)
+            acc, l_i, m_i = _attend_range(
+                acc, l_i, m_i, q, pos, k_base, v_base, BlockTables + seq.to(tl.int64) * stride_bt, start,
+                last_pos + 1, ctx, first_pos, last_pos, sm_scale, softcap, window_left, offs_d, offs_dv,
+                stride_kp, stride_ks, stride_vp, stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V,
+                HEAD_DIM_V_PAD, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION,
+            )  # fmt: skip
+            for n in tl.static_range(NUM_SINKS):  # attention sinks: denominator only
+                a = tl.load(Aux + head * NUM_SINKS + n, mask=row_ok, other=0.0).to(tl.float32) * LOG2E
+                m_new = tl.maximum(m_i, a)
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha + tl.math.exp2(a - m_new)
+                acc = acc * alpha[:, None]
+                m_i = m_new
+            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            o_ptrs = Out + (q_start + tok).to(tl.int64)[:, None] * stride_ot + (head * stride_oh)[:, None]
+            tl.store(o_ptrs + offs_dv[None, :], out.to(Out.dtype.element_ty),
+                     mask=row_ok[:, None] & (offs_dv < HEAD_DIM_V)[None, :])  # fmt: skip
     else:
-        _decode_program(
-            Q, BlockTables, ContextLens, QueryStartLoc, work, kvh, num_seqs, k_base, v_base, offs_d, offs_dv,
-            sm_scale, softcap, window_left, PartM, PartL, PartAcc, stride_qt, stride_qh, stride_kp, stride_ks, stride_vp, stride_vs,
-            stride_bt, GROUPS, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, NUM_PREFILL,
-            DECODE_Q, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION, NUM_KV_HEADS, NUM_SPLITS, BLOCK_M_DEC,
-        )  # fmt: skip
+        dec = work - NUM_PREFILL
+        seq = dec // NUM_SPLITS
+        split = dec % NUM_SPLITS
+        q_start = tl.load(QueryStartLoc + seq)
+        q_len = tl.load(QueryStartLoc + seq + 1) - q_start
+        if (seq < num_seqs) & (q_len > 0) & (q_len <= DECODE_Q):
+            ctx = tl.load(ContextLens + seq)
+            rows = tl.arange(0, BLOCK_M_DEC)
+            tok = rows // GROUPS
+            head = kvh * GROUPS + rows % GROUPS
+            row_ok = (rows < DECODE_Q * GROUPS) & (tok < q_len)
+            pos = ctx - q_len + tok
+            q = load_tile(
+                Q + (q_start + tok).to(tl.int64)[:, None] * stride_qt + (head * stride_qh)[:, None] + offs_d[None, :],
+                row_ok, offs_d < HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD,
+            )  # fmt: skip
+            first_pos = ctx - q_len
+            # This split's share of the key blocks from the window's start to the context's end.
+            start = 0
+            if HAS_WINDOW:
+                start = (tl.maximum(first_pos - window_left, 0) // BLOCK_N) * BLOCK_N
+            blocks = tl.cdiv(tl.maximum(ctx - start, 0), BLOCK_N)
+            per = tl.cdiv(blocks, NUM_SPLITS)
+            lo = tl.minimum(start + split * per * BLOCK_N, ctx)
+            hi = tl.minimum(lo + per * BLOCK_N, ctx)
+            m_i = tl.full([BLOCK_M_DEC], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M_DEC], tl.float32)
+            acc = tl.zeros([BLOCK_M_DEC, HEAD_DIM_V_PAD], tl.float32)
+            acc, l_i, m_i = _attend_range(
+                acc, l_i, m_i, q, pos, k_base, v_base, BlockTables + seq.to(tl.int64) * stride_bt, lo, hi, ctx,
+                first_pos, ctx - 1, sm_scale, softcap, window_left, offs_d, offs_dv,
+                stride_kp, stride_ks, stride_vp, stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V,
+                HEAD_DIM_V_PAD, BLOCK_N, HAS_WINDOW, HAS_SOFTCAP, DOT_PRECISION,
+            )  # fmt: skip
+            part = ((seq * NUM_SPLITS + split) * NUM_KV_HEADS + kvh).to(tl.int64) * BLOCK_M_DEC + rows
+            tl.store(PartM + part, m_i * LN2)  # natural log: the host combines in it
+            tl.store(PartL + part, l_i)
+            tl.store(PartAcc + part[:, None] * HEAD_DIM_V_PAD + offs_dv[None, :], acc)
