@@ -74,47 +74,24 @@ DECODES = ["--decodes", "3", "--context", "37", "--chunks", "0"]
 PROMPTS = ["--decodes", "0", "--chunks", "2", "--chunk", "20", "--chunk-context", "20"]
 
 
+# The peers of each kind of step: the dense attention over the pre-gathered cache, then the same
+# with the gather timed (the XLA path's peer).
+DENSE = ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]
+DECODE = ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"]
+
+
 @pytest.mark.parametrize(
     ("op", "step", "names"),
     [
-        ("ragged_page_attention_v2", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        (
-            "ragged_page_attention_v2",
-            DECODES,
-            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
+        *(
+            case
+            for op in ("ragged_page_attention_v2", "unified_attention", "ragged_page_attention_v3")
+            for case in ((op, MIXED, DENSE), (op, DECODES, DECODE))
         ),
-        (
-            "ragged_page_attention_v2",
-            PROMPTS,
-            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"],
-        ),
-        ("unified_attention", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        (
-            "unified_attention",
-            DECODES,
-            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
-        ),
-        ("ragged_page_attention_v3", MIXED, ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"]),
-        (
-            "ragged_page_attention_v3",
-            DECODES,
-            ["page_attention", "jax.nn[xla] dense decode", "jax.nn[xla] gather + dense decode"],
-        ),
-        (
-            "ragged_page_attention_v3",
-            PROMPTS,
-            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"],
-        ),
-        (
-            "prefill_page_attention",
-            ["--chunk", "9", "--context", "37"],
-            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense"],
-        ),
-        (
-            "prefill_page_attention",
-            ["--chunk", "37", "--context", "37"],
-            ["jax.nn[xla] dense", "jax.nn[xla] gather + dense", "flash_attention varlen"],
-        ),
+        ("ragged_page_attention_v2", PROMPTS, [*DENSE, "flash_attention varlen"]),
+        ("ragged_page_attention_v3", PROMPTS, [*DENSE, "flash_attention varlen"]),
+        ("prefill_page_attention", ["--chunk", "9", "--context", "37"], DENSE),
+        ("prefill_page_attention", ["--chunk", "37", "--context", "37"], [*DENSE, "flash_attention varlen"]),
     ],
     ids=lambda x: x if isinstance(x, str) else None,
 )

@@ -118,8 +118,7 @@ class PageAttentionBench(OpBench):
             layouts = list(CACHE_LAYOUTS) if layout_opt == "both" else [layout_opt]
             case_peers = []
             if peers:
-                kd = kc[tables].reshape(s.b, -1, s.hk, s.d)[:, : s.context]
-                vd = vc[tables].reshape(s.b, -1, s.hk, s.d)[:, : s.context]
+                kd, vd = gather_pages_dense(s.context, kc, vc, tables)
                 for name in (["cudnn"] if on_gpu else []) + ["xla"]:
                     case_peers.append(
                         Peer(f"jax.nn[{name}] dense decode", functools.partial(_dense_decode, name), (q, kd, vd))

@@ -111,10 +111,9 @@ def dense_peers(q: Any, k_cache: Any, v_cache: Any, lens: Any, tables: Any, qsl:
     lens, tables, qsl = (np.asarray(x) for x in (lens, tables, qsl))
     qlens = np.diff(qsl)
     n, ctx = len(lens), int(lens.max())
-    hk, d = k_cache.shape[2:]
-    kd, vd = (c[jnp.asarray(tables)].reshape(n, -1, hk, d)[:, :ctx] for c in (k_cache, v_cache))
     impls = (["cudnn"] if device_for_arrays([]).platform == "gpu" else []) + ["xla"]
     tables_d = jnp.asarray(tables)
+    kd, vd = gather_pages_dense(ctx, k_cache, v_cache, tables_d)
     if (qlens == 1).all() and (lens == ctx).all():
         return [
             *(
