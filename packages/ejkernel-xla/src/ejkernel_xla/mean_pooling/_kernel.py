@@ -91,17 +91,16 @@ def mean_pooling(args: MeanPoolingArgs, split: int | None = None) -> jax.Array:
         sums = _packed_sums(x, keep, cu, split)
         counts = row_counts(cu, keep)
     elif mask is None:
-        # Each row's sequence shifted by one (0 before cu_seqlens[0], n + 1 past its end): the ids
-        # stay sorted, so the segment sum may say so, and no select runs over the rows (on a
-        # CPU 1.0x the segment sum of precomputed ids, where the shape below ran 0.84x:
-        # benchmarks/results/cpu/mean_pooling.json).
+        # Each row's sequence shifted by one (n + 1 for rows past the last sequence): the ids stay
+        # sorted, so the segment sum may say so, and no select runs over the rows (the form below
+        # ran 0.84x the segment sum of precomputed ids on a CPU: benchmarks/results/cpu/mean_pooling.json).
         cu = jnp.clip(args.cu_seqlens.astype(jnp.int32), 0, args.tokens)
         seg = jnp.searchsorted(cu, jnp.arange(args.tokens, dtype=jnp.int32), side="right", method="scan_unrolled")
         sums = jax.ops.segment_sum(x.astype(F32), seg, num_segments=n + 2, indices_are_sorted=True)[1 : n + 1]
         counts = row_counts(cu, None)
     else:
         seg = token_segments(args.cu_seqlens, args.tokens)
-        valid = seg < n if mask is None else (seg < n) & mask
+        valid = (seg < n) & mask
         # Masked rows are routed to the dropped segment n rather than zeroed: a select over the
         # rows before the scatter makes XLA:CPU materialize them, 4x slower than the plain
         # segment sum (32768 x 1024 float32 in 64 sequences, shared 2-core CPU: 59 ms vs 15 ms).
