@@ -21,7 +21,7 @@ from ejkernel.ops.families.serving import finish, merge_sinks, merge_splits, uni
 
 from .._launch import dot_precision, launch
 from ._kernel import paged_attention_kernel
-from .heuristics import Tiles, _pow2
+from .heuristics import DECODE_WARPS, Tiles, _pow2
 
 F32 = jnp.float32
 
@@ -139,14 +139,14 @@ def paged_attention(
             LAUNCH=kind, **constexprs,
         )  # fmt: skip
 
-    if num_prefill and tiles.decode_warps != tiles.num_warps:
+    if num_prefill and tiles.num_warps != DECODE_WARPS:
         # Two launches, each kind of program compiled alone at its own warp count: the prefill
         # tiles write the output (the partials, never touched, as one element each), then the
         # decode splits their partials (with a one-element output of their own, never touched).
         one = jax.ShapeDtypeStruct((1,) * 4, F32)
         out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 1, (0,))[0]
         tiny = jax.ShapeDtypeStruct((1, 1, 1), q.dtype)
-        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, tiles.decode_warps, 2, ())
+        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, DECODE_WARPS, 2, ())
     elif not num_prefill:  # decode splits alone (page_attention): the kernel compiled without prefill tiles
         out, pm, pl, pacc = run(out_shape, m * splits, tiles.num_warps, 2, (0,))
     else:

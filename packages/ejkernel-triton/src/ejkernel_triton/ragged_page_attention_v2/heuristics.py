@@ -10,7 +10,7 @@
   head dim 128 or before Hopper).
 - Warps and stages: 4 warps, 3 stages, fewer stages where shared memory runs out (``fit``). The
   autotuning space adds Hopper's 256-row prefill tiles with 8 warps; the host then launches the
-  prefill tiles and the 4-warp decode splits apart (``decode_warps``), each compiled alone. In
+  prefill tiles and the 4-warp decode splits apart (``DECODE_WARPS``), each compiled alone. In
   one H200 sweep (``benchmarks/config_sweep.py ragged_page_attention_v2 --impl triton
   --candidates``) those tiles ran the prefill bar step (8 x 2048 tokens, h32/8, d128, bf16) in
   0.892 ms against 0.982 for this heuristic, but, compiled into one launch with the decode
@@ -43,11 +43,10 @@ class Tiles:
     num_splits: int  # programs per decode sequence and kv head
     num_warps: int
     num_stages: int
-    # Warps of the decode programs: when they differ from ``num_warps`` and the call may hold a
-    # prefill, the prefill tiles and the decode splits are two launches.
-    decode_warps: int = 4
 
 
+# Warps of the decode splits when the prefill tiles take others: the two kinds are then two launches.
+DECODE_WARPS = 4
 # Decode programs per SM the split count aims at (several resident per SM hide memory latency,
 # and many small ones shorten the last wave).
 PROGRAMS_PER_SM = 8
