@@ -553,8 +553,8 @@ def _paged_cases():
         (rpa, ragged(256, 8, 128, jnp.float32), None),
         (rpa, ragged(256, 8, 64), RaggedPageAttentionv2Config(num_kv_pages_per_block=8, num_stages=4)),
         (rpa, ragged(256, 8, 256, hk=2, g=8), None),
-        # Hopper's 256-row prefill tiles with 8 warps: prefill and decode launched apart.
-        (rpa, ragged(256, 8, 128), RaggedPageAttentionv2Config(num_queries_per_block=64, num_warps=8, num_stages=3)),
+        # 128-row prefill tiles with 4 warps (Hopper's default takes 256 rows and 8 warps).
+        (rpa, ragged(256, 8, 128), RaggedPageAttentionv2Config(num_queries_per_block=32, num_warps=4, num_stages=3)),
         ("page_attention", paged(128), None),
         ("page_attention", paged(64, jnp.float32, "blocks_heads_tokens"), PageAttentionConfig(tokens_per_block=128)),
     ]

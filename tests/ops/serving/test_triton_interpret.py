@@ -100,14 +100,14 @@ def test_under_jit_with_a_traced_num_seqs_and_one_split_per_step():
 
 
 def test_prefill_and_decode_launched_apart(monkeypatch):
-    """Prefill tiles wanting more warps than the decode splits (Hopper's 256-row tiles): two
-    launches, each compiling one kind of program, together equal to the reference."""
+    """Prefill tiles and decode splits: two launches, each compiling one kind of program at its
+    own warp count, together equal to the reference."""
     import ejkernel_triton.ragged_page_attention_v2._call as call
 
     kinds = []
 
     def spy(*args, **kw):
-        kinds.append((kw["LAUNCH"], kw["num_warps"]))
+        kinds.append((kw["PREFILL"], kw["num_warps"]))
         return launch(*args, **kw)
 
     launch = call.launch
@@ -117,7 +117,7 @@ def test_prefill_and_decode_launched_apart(monkeypatch):
         num_kv_pages_per_block=2, num_queries_per_block=8, num_warps=8, num_stages=2, num_splits=3
     )
     assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
-    assert set(kinds) == {(1, 8), (2, 4)}
+    assert set(kinds) == {(True, 8), (False, 4)}
 
 
 # -- the other ops on the same kernel --------------------------------------------------------------

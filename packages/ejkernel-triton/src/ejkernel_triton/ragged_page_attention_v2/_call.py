@@ -122,7 +122,7 @@ def paged_attention(
         stride_bt=int(tables.shape[1]), stride_ot=h * dv, stride_oh=dv,
         NUM_KV_HEADS=num_kv_heads, GROUPS=g, PAGE_SIZE=view.page_size,
         HEAD_DIM=d, HEAD_DIM_PAD=_pow2(d), HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad,
-        NUM_PREFILL=num_prefill, NUM_SPLITS=splits, DECODE_Q=tiles.decode_q, BLOCK_M_DEC=block_m_dec,
+        NUM_SPLITS=splits, DECODE_Q=tiles.decode_q, BLOCK_M_DEC=block_m_dec,
         BLOCK_Q=block_q, BLOCK_M=_pow2(block_q * g), BLOCK_N=tiles.block_n,
         HAS_WINDOW=window_left is not None, HAS_SOFTCAP=soft_cap is not None,
         NUM_SINKS=0 if sinks is None else int(sinks.shape[1]),
@@ -132,25 +132,23 @@ def paged_attention(
     args = (q, k_cache, v_cache, tables, lens, qsl, n, aux, np.float32(scale), np.float32(soft_cap or 1.0),
             int(window_left or 0))  # fmt: skip
 
-    def run(outs: list[jax.ShapeDtypeStruct], programs: int, warps: int, kind: int, zeroed: tuple[int, ...]) -> Any:
+    def run(outs: list[jax.ShapeDtypeStruct], programs: int, warps: int, kind: bool, zeroed: tuple[int, ...]) -> Any:
         return launch(
             paged_attention_kernel, *args, out_shape=outs, grid=(programs * num_kv_heads,), num_warps=warps,
             num_stages=tiles.num_stages, zeroed_outputs=zeroed, name="ejkernel_paged_attention",
-            LAUNCH=kind, **constexprs,
+            PREFILL=kind, **constexprs,
         )  # fmt: skip
 
-    if num_prefill and tiles.num_warps != DECODE_WARPS:
-        # Two launches, each kind of program compiled alone at its own warp count: the prefill
-        # tiles write the output (the partials, never touched, as one element each), then the
-        # decode splits their partials (with a one-element output of their own, never touched).
+    if num_prefill:
+        # Two launches, each kind of program compiled alone (the kernel's docstring says why): the
+        # prefill tiles write the output (the partials, never touched, as one element each), then
+        # the decode splits, at their own warp count, their partials (with a one-element output).
         one = jax.ShapeDtypeStruct((1,) * 4, F32)
-        out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, 1, (0,))[0]
+        out = run([out_shape[0], one, one, one], num_prefill, tiles.num_warps, True, (0,))[0]
         tiny = jax.ShapeDtypeStruct((1, 1, 1), q.dtype)
-        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, DECODE_WARPS, 2, ())
-    elif not num_prefill:  # decode splits alone (page_attention): the kernel compiled without prefill tiles
-        out, pm, pl, pacc = run(out_shape, m * splits, tiles.num_warps, 2, (0,))
-    else:
-        out, pm, pl, pacc = run(out_shape, num_prefill + m * splits, tiles.num_warps, 0, (0,))
+        _, pm, pl, pacc = run([tiny, *out_shape[1:]], m * splits, DECODE_WARPS, False, ())
+    else:  # decode splits alone (page_attention)
+        out, pm, pl, pacc = run(out_shape, m * splits, tiles.num_warps, False, (0,))
     return combine(out, pm, pl, pacc, qsl, n[0], sinks, decode_q=tiles.decode_q, groups=g)
 
 

@@ -1,9 +1,11 @@
 """The paged attention kernel: decode rows (split-K) and prefill rows (FlashAttention-2 tiles) of
-packed query tokens over a paged K/V cache, in one launch.
+packed query tokens over a paged K/V cache.
 
-Programs ``[0, NUM_PREFILL)`` are prefill tiles, the rest decode splits (heaviest work first: the
-GPU starts blocks in index order); the host may launch the two kinds apart (``LAUNCH``), each
-compiled alone, when they want different warp counts. Each program serves one kv head (``pid %
+One source, two kinds of program, each compiled and launched alone (``PREFILL``): the
+prefill tiles (heaviest first: the GPU starts blocks in index order), then the
+decode splits. Compiled together, the decode splits took the prefill tiles' registers and shared
+memory (sm_90, d 128: 255 registers against 116 alone) and ran 64 decodes at 8k 10% slower on an
+H200 (``benchmarks/results/h200/ragged_page_attention_v3.json``). Each program serves one kv head (``pid %
 NUM_KV_HEADS``), and the query heads of its GQA group are the rows of its tile next to the query
 tokens (row ``r``: token ``r // GROUPS``, head ``r % GROUPS``), so a page is read once per group.
 
@@ -156,25 +158,23 @@ def paged_attention_kernel(
     stride_bt: tl.constexpr, stride_ot: tl.constexpr, stride_oh: tl.constexpr,
     NUM_KV_HEADS: tl.constexpr, GROUPS: tl.constexpr, PAGE_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr,
-    NUM_PREFILL: tl.constexpr, NUM_SPLITS: tl.constexpr, DECODE_Q: tl.constexpr, BLOCK_M_DEC: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DECODE_Q: tl.constexpr, BLOCK_M_DEC: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, NUM_SINKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    LAUNCH: tl.constexpr,
+    PREFILL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     kvh = pid % NUM_KV_HEADS
-    # LAUNCH: 0 both kinds of program, 1 the prefill tiles alone, 2 the decode splits alone (each
-    # launch then compiles only its kind: registers and shared memory sized for it).
-    work = pid // NUM_KV_HEADS + (NUM_PREFILL if LAUNCH == 2 else 0)
+    work = pid // NUM_KV_HEADS  # this launch's prefill tile or decode split
     num_seqs = tl.load(NumSeqs)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
     k_base = K + K_OFFSET + kvh * stride_kh
     v_base = V + V_OFFSET + kvh * stride_vh
 
-    if (work < NUM_PREFILL) if LAUNCH == 0 else (LAUNCH == 1):
+    if PREFILL:
         # Prefill tiles, the last ones (the most keys under the causal mask) first.
-        tile = NUM_PREFILL - 1 - work
+        tile = tl.num_programs(0) // NUM_KV_HEADS - 1 - work
         seq, first_tile = _find_sequence(QueryStartLoc, tile, num_seqs, BLOCK_Q)
         q_start = tl.load(QueryStartLoc + seq)
         q_len = tl.load(QueryStartLoc + seq + 1) - q_start
@@ -216,9 +216,8 @@ def paged_attention_kernel(
             tl.store(o_ptrs + offs_dv[None, :], out.to(Out.dtype.element_ty),
                      mask=row_ok[:, None] & (offs_dv < HEAD_DIM_V)[None, :])  # fmt: skip
     else:
-        dec = work - NUM_PREFILL
-        seq = dec // NUM_SPLITS
-        split = dec % NUM_SPLITS
+        seq = work // NUM_SPLITS
+        split = work % NUM_SPLITS
         q_start = tl.load(QueryStartLoc + seq)
         q_len = tl.load(QueryStartLoc + seq + 1) - q_start
         if (seq < num_seqs) & (q_len > 0) & (q_len <= DECODE_Q):

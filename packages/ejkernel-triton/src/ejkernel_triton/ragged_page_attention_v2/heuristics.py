@@ -6,16 +6,14 @@
   the split-K path, their query heads and tokens as the 16+ rows of one tile. ``num_splits``
   aims at :data:`PROGRAMS_PER_SM` decode programs per SM over every sequence that may decode,
   each attending at least :data:`MIN_SPLIT_BLOCKS` key steps.
-- Prefill rows: tiles of ``BLOCK_Q`` query tokens, ``BLOCK_Q * groups`` rows near 128 (64 above
-  head dim 128 or before Hopper).
-- Warps and stages: 4 warps, 3 stages, fewer stages where shared memory runs out (``fit``). The
-  autotuning space adds Hopper's 256-row prefill tiles with 8 warps; the host then launches the
-  prefill tiles and the 4-warp decode splits apart (``DECODE_WARPS``), each compiled alone. In
-  one H200 sweep (``benchmarks/config_sweep.py ragged_page_attention_v2 --impl triton
-  --candidates``) those tiles ran the prefill bar step (8 x 2048 tokens, h32/8, d128, bf16) in
-  0.892 ms against 0.982 for this heuristic, but, compiled into one launch with the decode
-  splits, 64 decodes at 8k in 0.948 ms against 0.606: the apart launches are not measured yet,
-  so they are not the default.
+- Prefill rows: tiles of ``BLOCK_Q`` query tokens, ``BLOCK_Q * groups`` rows near 256 with 8
+  warps (two warpgroups of 128) on Hopper up to head dim 128 in 16-bit dtypes, else near 128 (64
+  above head dim 128 or before Hopper) with 4 warps. The prefill tiles and the decode splits
+  (always :data:`DECODE_WARPS`) are two launches, each compiled alone. On one H200 (bf16, h32/8,
+  d128, page 16; ``STAGES=servetiles benchmarks/h200/gpu_suites.sh``) the 256-row tiles ran 8
+  prompts of 2048 in 0.930 ms against 1.038 for 128 rows, 64 decodes at 8k in 0.535 against 0.597
+  and the mixed step in 1.106 against 1.156.
+- Stages: 3, fewer where shared memory runs out (``fit``).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ class Tiles:
     num_stages: int
 
 
-# Warps of the decode splits when the prefill tiles take others: the two kinds are then two launches.
+# Warps of the decode splits beside prefill tiles (their own launch; decode-only calls take the tiles').
 DECODE_WARPS = 4
 # Decode programs per SM the split count aims at (several resident per SM hide memory latency,
 # and many small ones shorten the last wave).
@@ -138,13 +136,14 @@ def heuristic_splits(s: Shape, block_n: int, cc: tuple[int, int] | None) -> int:
 def heuristic(s: Shape, cc: tuple[int, int] | None) -> Tiles:
     dmax = max(s.head_dim, s.value_head_dim)
     block_n = 64 if dmax <= 128 else 32
-    rows = 128 if dmax <= 128 and _hopper(cc) else 64
+    wide = s.prefill and dmax <= 128 and s.itemsize <= 2 and _hopper(cc)
+    rows = 256 if wide else 128 if dmax <= 128 and _hopper(cc) else 64
     t = Tiles(
         block_n=block_n,
         block_q=max(1, rows // s.groups),
         decode_q=decode_q(s.groups),
         num_splits=heuristic_splits(s, block_n, cc),
-        num_warps=4,
+        num_warps=8 if wide else DECODE_WARPS,
         num_stages=3,
     )
     return fit(s, t, cc)
@@ -162,7 +161,7 @@ def candidates(s: Shape, cc: tuple[int, int] | None) -> list[Tiles]:
     for block_n in (32, 64, 128):
         for warps in (4, 8):
             for stages in (2, 3, 4):
-                block_qs = {base.block_q, max(1, 64 // s.groups)} if s.prefill else {base.block_q}
+                block_qs = {base.block_q, *(max(1, r // s.groups) for r in (64, 128))} if s.prefill else {base.block_q}
                 for block_q in block_qs:
                     t = dataclasses.replace(base, block_n=block_n, num_warps=warps, num_stages=stages, block_q=block_q)
                     if smem(s, t) <= smem_limit(cc):
