@@ -100,3 +100,25 @@ def test_scalar_gate_memory_is_linear_in_the_sequence():
     sizes = {t: _temp_bytes(t) for t in (4096, 16384, 65536)}
     assert sizes[16384] / sizes[4096] <= 4 * 1.25, sizes
     assert sizes[65536] / sizes[16384] <= 4 * 1.25, sizes
+
+
+@pytest.mark.parametrize("op", ["gated_delta_rule", "kernel_delta_attention"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_products_take_highest_precision_only_for_float32_inputs(op, dtype):
+    """16-bit inputs: no ``HIGHEST`` product in the program (XLA's GPU backend autotuned those for
+    minutes at the bench shape: ``delta_rule_math.product_precision``); float32 inputs keep them.
+    The per-channel form's backward is left out: JAX's own derivative of its triangular solve
+    multiplies at ``HIGHEST``."""
+    kw = _inputs(1, 40, 2, 16, per_channel=op == "kernel_delta_attention")
+    kw = {k: v.astype(dtype) for k, v in kw.items()}
+    fn = getattr(ejkernel, op)
+
+    def loss(q, k, v, beta, g):
+        out = fn(q, k, v, g, beta, platform="xla") if op == "gated_delta_rule" else fn(q, k, v, beta, g, platform="xla")
+        return jnp.sum(out.astype(jnp.float32))
+
+    args = (kw["query"], kw["key"], kw["value"], kw["beta"], kw["decay"])
+    program = jax.value_and_grad(loss, argnums=(0, 1, 2)) if op == "gated_delta_rule" else loss
+    text = jax.jit(program).lower(*args).as_text()
+    assert "dot_general" in text
+    assert ("HIGHEST" in text) == (dtype == "float32")

@@ -11,6 +11,7 @@ pieces as they are.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import jax
@@ -33,17 +34,18 @@ def chunked_delta_rule(args: DeltaRuleArgs, chunk: int) -> tuple[jax.Array, jax.
         args.query, args.key, args.value, args.beta, args.gate, args.initial_state, args.cu_seqlens,
         scale=args.softmax_scale, use_qk_l2norm=args.use_qk_l2norm, chunk=chunk,
     )  # fmt: skip
+    precision = M.product_precision(args.value.dtype)
     if c.g is not None and c.g.shape[-1] == 1:
-        out, final = scalar_gate_delta_rule(c)
+        out, final = scalar_gate_delta_rule(c, precision)
         return out.astype(args.value.dtype), final
-    intra = M.intra_chunk(c)
-    states, vn, final = M.inter_chunk(c, intra)
-    out = M.from_chunks(c, M.chunk_output(intra, states, vn))
+    intra = M.intra_chunk(c, precision)
+    states, vn, final = M.inter_chunk(c, intra, precision)
+    out = M.from_chunks(c, M.chunk_output(intra, states, vn, precision))
     return out.astype(args.value.dtype), final
 
 
-def _mm(spec: str, x: Any, y: Any) -> Any:
-    return jnp.einsum(spec, x, y, precision=HIGHEST)
+def _mm(spec: str, x: Any, y: Any, precision: Any) -> Any:
+    return jnp.einsum(spec, x, y, precision=precision)
 
 
 def _diagonal_blocks(a: Any, size: int) -> Any:
@@ -54,7 +56,7 @@ def _diagonal_blocks(a: Any, size: int) -> Any:
     return jnp.moveaxis(blocks, -1, -3)
 
 
-def _unit_lower_inverse(a: Any) -> Any:
+def _unit_lower_inverse(a: Any, precision: Any) -> Any:
     # Blocks on the diagonal of 1, 2, 4, ... rows, each from two of half its size:
     # [[L11, 0], [A21, L22]]⁻¹ = [[X11, 0], [-X22 A21 X11, X22]] (LAPACK's recursive trtri).
     c = a.shape[-1]
@@ -69,34 +71,35 @@ def _unit_lower_inverse(a: Any) -> Any:
         a21 = _diagonal_blocks(a, 2 * s)[..., s:, :s]
         x = x.reshape(*x.shape[:-3], x.shape[-3] // 2, 2, s, s)
         x11, x22 = x[..., 0, :, :], x[..., 1, :, :]
-        x21 = -_mm("...ij,...jk->...ik", x22, _mm("...ij,...jk->...ik", a21, x11))
+        x21 = -_mm("...ij,...jk->...ik", x22, _mm("...ij,...jk->...ik", a21, x11, precision), precision)
         x = jnp.concatenate([jnp.concatenate([x11, jnp.zeros_like(x11)], -1), jnp.concatenate([x21, x22], -1)], -2)
         s *= 2
     return x.reshape(a.shape)
 
 
-@jax.custom_jvp
-def unit_lower_inverse(a: Any) -> Any:
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def unit_lower_inverse(a: Any, precision: Any = HIGHEST) -> Any:
     """``(I + a)⁻¹`` for ``a [..., C, C]`` strictly lower triangular, ``C`` a power of two, in
     batched matmuls: the inverses of the diagonal blocks of 1, 2, 4, ... rows, each from the two
     of half its size (``log2 C`` steps; the blocked inversion of LAPACK's ``trtri``, as accurate
     as a triangular solve). On the CPU about a third of the time of LAPACK's batched ``trsm``
     with the column-major copies it needs. The derivative is ``dX = -X da X`` (``da``'s strictly
     lower part; two matmuls, the backward's ``-Xᵀ ct Xᵀ``: no triangular solves)."""
-    return _unit_lower_inverse(a)
+    return _unit_lower_inverse(a, precision)
 
 
 @unit_lower_inverse.defjvp
-def _unit_lower_inverse_jvp(primals: Any, tangents: Any) -> Any:
+def _unit_lower_inverse_jvp(precision: Any, primals: Any, tangents: Any) -> Any:
     (a,), (da,) = primals, tangents
-    x = unit_lower_inverse(a)
+    x = unit_lower_inverse(a, precision)
     da = jnp.tril(da, -1)  # the inverse reads only the strictly lower part of a
-    return x, -_mm("...ij,...jk->...ik", x, _mm("...ij,...jk->...ik", da, x))
+    return x, -_mm("...ij,...jk->...ik", x, _mm("...ij,...jk->...ik", da, x, precision), precision)
 
 
-def scalar_gate_delta_rule(c: M.Chunks) -> tuple[jax.Array, jax.Array]:
+def scalar_gate_delta_rule(c: M.Chunks, precision: Any = HIGHEST) -> tuple[jax.Array, jax.Array]:
     """The chunked delta rule for a scalar gate per head (``c.g [..., C, 1]``): ``(output [B, T,
-    HV, V] float32, final states [N, HV, K, V] float32)``.
+    HV, V] float32, final states [N, HV, K, V] float32)``, products at ``precision``
+    (:func:`~ejkernel.ops.families.delta_rule_math.product_precision`).
 
     The algebra of :mod:`~ejkernel.ops.families.delta_rule_math` (its docstring's steps 2-4), done
     with less work per chunk:
@@ -133,13 +136,13 @@ def scalar_gate_delta_rule(c: M.Chunks) -> tuple[jax.Array, jax.Array]:
     strict, causal = i[:, None] > i[None, :], i[:, None] >= i[None, :]
     gam = jax.lax.optimization_barrier(jnp.cumsum(g, axis=-1))  # [NC, R·HV, C]
     decay = jnp.exp(jnp.where(causal, gam[..., :, None] - gam[..., None, :], -jnp.inf))
-    a = jnp.where(strict, _mm("...ik,...jk->...ij", k, k) * decay, 0.0) * beta[..., :, None]
-    aqk = _mm("...ik,...jk->...ij", q, k) * decay
-    inv = unit_lower_inverse(a)
+    a = jnp.where(strict, _mm("...ik,...jk->...ij", k, k, precision) * decay, 0.0) * beta[..., :, None]
+    aqk = _mm("...ik,...jk->...ij", q, k, precision) * decay
+    inv = unit_lower_inverse(a, precision)
     eg = jnp.exp(gam)
     last = gam[..., -1:]
-    w = _mm("...ij,...jk->...ik", inv, k * (beta * eg)[..., None])
-    u = _mm("...ij,...jv->...iv", inv, v * beta[..., None])
+    w = _mm("...ij,...jk->...ik", inv, k * (beta * eg)[..., None], precision)
+    u = _mm("...ij,...jv->...iv", inv, v * beta[..., None], precision)
     qg = q * eg[..., None]
     kg = k * jnp.exp(last - gam)[..., None]
     glast = jnp.exp(last)
@@ -152,9 +155,9 @@ def scalar_gate_delta_rule(c: M.Chunks) -> tuple[jax.Array, jax.Array]:
         if varlen:  # R = 1: the state is [HV, K, V], a sequence's own
             first, seq = inp[6:]
             s = jnp.where(first, c.h0[seq], s)
-        vn = u - _mm("nck,nkv->ncv", w, s)
-        o = _mm("nck,nkv->ncv", qg, s) + _mm("nij,njv->niv", aqk, vn)
-        s_next = gl[..., None] * s + _mm("nck,ncv->nkv", kg, vn)
+        vn = u - _mm("nck,nkv->ncv", w, s, precision)
+        o = _mm("nck,nkv->ncv", qg, s, precision) + _mm("nij,njv->niv", aqk, vn, precision)
+        s_next = gl[..., None] * s + _mm("nck,ncv->nkv", kg, vn, precision)
         return s_next, (o, s_next if varlen else None)
 
     dk, dv = c.h0.shape[-2:]

@@ -23,7 +23,8 @@ The linear-recurrence ops' chunked forms:
 
 The chunked forms take ``[batch, seq, heads, dim]`` with as many key heads as value heads (callers repeat
 GQA heads); the sequence is padded to a whole number of chunks with zero inputs and gates (which
-leave the state unchanged). Float32 inside; outputs float32.
+leave the state unchanged). Float32 inside; outputs float32; their products at ``precision``
+(the benches pass the XLA implementations' own, :func:`~ejkernel.ops.families.delta_rule_math.product_precision`).
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ def _segsum(x: Any) -> Any:
     return jnp.where(mask, diff, -jnp.inf)
 
 
-def ssd_chunked(q: Any, k: Any, v: Any, log_decay: Any, *, scale: float = 1.0, chunk: int = 64) -> Any:
+def ssd_chunked(
+    q: Any, k: Any, v: Any, log_decay: Any, *, scale: float = 1.0, chunk: int = 64, precision: Any = HIGHEST
+) -> Any:
     """``o_t = scale · q_t S_t``, ``S_t = exp(a_t) S_{t-1} + k_tᵀ v_t``: ``q, k [b, t, h, n]``,
     ``v [b, t, h, p]``, ``log_decay a [b, t, h]`` → ``[b, t, h, p]`` float32."""
     t = q.shape[1]
@@ -102,17 +105,17 @@ def ssd_chunked(q: Any, k: Any, v: Any, log_decay: Any, *, scale: float = 1.0, c
     a = jnp.moveaxis(_chunks(log_decay, chunk), 3, 1)  # [b, h, c, l]
     a_cum = jnp.cumsum(a, axis=-1)
     decay = jnp.exp(_segsum(a))  # [b, h, c, l, l]
-    y_diag = jnp.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", qc, kc, decay, vc, precision=HIGHEST)
+    y_diag = jnp.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", qc, kc, decay, vc, precision=precision)
     to_end = jnp.exp(a_cum[..., -1:] - a_cum)  # [b, h, c, l]
-    states = jnp.einsum("bclhn,bhcl,bclhp->bchpn", kc, to_end, vc, precision=HIGHEST)
+    states = jnp.einsum("bclhn,bhcl,bclhp->bchpn", kc, to_end, vc, precision=precision)
     states = jnp.concatenate([jnp.zeros_like(states[:, :1]), states], axis=1)
     chunk_decay = jnp.exp(_segsum(jnp.pad(a_cum[..., -1], ((0, 0), (0, 0), (1, 0)))))  # [b, h, c+1, c+1]
-    states = jnp.einsum("bhzc,bchpn->bzhpn", chunk_decay, states, precision=HIGHEST)[:, :-1]
-    y_off = jnp.einsum("bclhn,bchpn,bhcl->bclhp", qc, states, jnp.exp(a_cum), precision=HIGHEST)
+    states = jnp.einsum("bhzc,bchpn->bzhpn", chunk_decay, states, precision=precision)[:, :-1]
+    y_off = jnp.einsum("bclhn,bchpn,bhcl->bclhp", qc, states, jnp.exp(a_cum), precision=precision)
     return _unchunk(y_diag + y_off, t) * scale
 
 
-def gla_chunked(q: Any, k: Any, v: Any, gk: Any, *, scale: float, chunk: int = 64) -> Any:
+def gla_chunked(q: Any, k: Any, v: Any, gk: Any, *, scale: float, chunk: int = 64, precision: Any = HIGHEST) -> Any:
     """``o_t = scale · q_t S_t``, ``S_t = diag(exp(g_t)) S_{t-1} + k_tᵀ v_t``: ``q, k, gk
     [b, t, h, dk]``, ``v [b, t, h, dv]`` → ``[b, t, h, dv]`` float32."""
     t = q.shape[1]
@@ -121,9 +124,9 @@ def gla_chunked(q: Any, k: Any, v: Any, gk: Any, *, scale: float, chunk: int = 6
     last = g[:, :, -1:]
     qg, kg = qc * scale * jnp.exp(g), kc * jnp.exp(-g)
     causal = jnp.tril(jnp.ones((chunk, chunk), bool))
-    att = jnp.where(causal[:, :, None], jnp.einsum("bclhd,bcshd->bclsh", qg, kg, precision=HIGHEST), 0.0)
-    y = jnp.einsum("bclsh,bcshv->bclhv", att, vc, precision=HIGHEST)
-    delta = jnp.einsum("bclhd,bclhv->bchdv", kc * jnp.exp(last - g), vc, precision=HIGHEST)
+    att = jnp.where(causal[:, :, None], jnp.einsum("bclhd,bcshd->bclsh", qg, kg, precision=precision), 0.0)
+    y = jnp.einsum("bclsh,bcshv->bclhv", att, vc, precision=precision)
+    delta = jnp.einsum("bclhd,bclhv->bchdv", kc * jnp.exp(last - g), vc, precision=precision)
 
     def step(s: Any, inp: Any) -> tuple[Any, Any]:
         d, gl = inp
@@ -132,12 +135,21 @@ def gla_chunked(q: Any, k: Any, v: Any, gk: Any, *, scale: float, chunk: int = 6
     b, _, _, h, dk = qc.shape
     s0 = jnp.zeros((b, h, dk, vc.shape[-1]), F32)
     _, entering = jax.lax.scan(step, s0, (jnp.moveaxis(delta, 1, 0), jnp.moveaxis(last[:, :, 0], 1, 0)))
-    y = y + jnp.einsum("bclhd,bchdv->bclhv", qg, jnp.moveaxis(entering, 0, 1), precision=HIGHEST)
+    y = y + jnp.einsum("bclhd,bchdv->bclhv", qg, jnp.moveaxis(entering, 0, 1), precision=precision)
     return _unchunk(y, t)
 
 
 def delta_rule_chunked(
-    q: Any, k: Any, v: Any, beta: Any, gate: Any, *, scale: float, use_qk_l2norm: bool = True, chunk: int = 64
+    q: Any,
+    k: Any,
+    v: Any,
+    beta: Any,
+    gate: Any,
+    *,
+    scale: float,
+    use_qk_l2norm: bool = True,
+    chunk: int = 64,
+    precision: Any = HIGHEST,
 ) -> Any:
     """``S_t = exp(g_t) S_{t-1}``, ``S_t ← S_t + β_t k_tᵀ (v_t - k_t S_t)``, ``o_t = scale · q_t
     S_t`` (``exp(g_t)`` a diagonal over key channels when ``gate`` is ``[b, t, h, dk]``, a scalar
@@ -162,8 +174,8 @@ def delta_rule_chunked(
 
     def pair(x: Any, y: Any) -> Any:
         if decay.shape[-1] == 1:
-            return jnp.einsum("...id,...jd->...ij", x, y, precision=HIGHEST) * decay[..., 0]
-        return jnp.einsum("...id,...jd,...ijd->...ij", x, y, decay, precision=HIGHEST)
+            return jnp.einsum("...id,...jd->...ij", x, y, precision=precision) * decay[..., 0]
+        return jnp.einsum("...id,...jd,...ijd->...ij", x, y, decay, precision=precision)
 
     kk = pair(kc, kc)
     a = jnp.where(strict, kk, 0.0) * bc[..., :, None]
@@ -171,8 +183,8 @@ def delta_rule_chunked(
     tmat = jax.lax.linalg.triangular_solve(
         eye + a, jnp.broadcast_to(eye * bc[..., None, :], a.shape), left_side=True, lower=True, unit_diagonal=True
     )
-    w = jnp.einsum("...ij,...jd->...id", tmat, kc * jnp.exp(g), precision=HIGHEST)
-    u = jnp.einsum("...ij,...jv->...iv", tmat, vc, precision=HIGHEST)
+    w = jnp.einsum("...ij,...jd->...id", tmat, kc * jnp.exp(g), precision=precision)
+    u = jnp.einsum("...ij,...jv->...iv", tmat, vc, precision=precision)
     aqk = jnp.where(causal, pair(qc, kc), 0.0)
     last = g[..., -1:, :]
     kg = kc * jnp.exp(last - g)
@@ -180,11 +192,11 @@ def delta_rule_chunked(
 
     def step(s: Any, inp: Any) -> tuple[Any, Any]:
         w, u, kg, qg, aqk, gl = inp
-        vn = u - jnp.einsum("bhld,bhdv->bhlv", w, s, precision=HIGHEST)
-        o = jnp.einsum("bhld,bhdv->bhlv", qg, s, precision=HIGHEST) + jnp.einsum(
-            "bhls,bhsv->bhlv", aqk, vn, precision=HIGHEST
+        vn = u - jnp.einsum("bhld,bhdv->bhlv", w, s, precision=precision)
+        o = jnp.einsum("bhld,bhdv->bhlv", qg, s, precision=precision) + jnp.einsum(
+            "bhls,bhsv->bhlv", aqk, vn, precision=precision
         )
-        s = jnp.exp(gl)[..., :, None] * s + jnp.einsum("bhld,bhlv->bhdv", kg, vn, precision=HIGHEST)
+        s = jnp.exp(gl)[..., :, None] * s + jnp.einsum("bhld,bhlv->bhdv", kg, vn, precision=precision)
         return s, o
 
     b, h = qc.shape[:2]

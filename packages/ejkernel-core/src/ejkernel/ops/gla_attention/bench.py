@@ -90,6 +90,7 @@ def plain_jax_peer(op: str, arrays: tuple[Any, ...], opts: dict[str, Any]) -> Pe
     """The op's plain-JAX peer on :func:`linear_inputs`' arrays (module docstring), its output in
     the op's layout and dtype."""
     from ...testing import plain_jax as P
+    from ..families.delta_rule_math import product_precision
     from ..families.linear_attention import lightning_decay
 
     if op == "state_space_v2":
@@ -99,7 +100,8 @@ def plain_jax_peer(op: str, arrays: tuple[Any, ...], opts: dict[str, Any]) -> Pe
             f32 = jnp.float32
             rep = lambda a: jnp.repeat(a, h // a.shape[2], axis=2)  # noqa: E731
             dtf = dt.astype(f32)
-            y = P.ssd_chunked(rep(C), rep(B), x.astype(f32) * dtf[..., None], A.astype(f32) * dtf)
+            prec = product_precision(x.dtype)
+            y = P.ssd_chunked(rep(C), rep(B), x.astype(f32) * dtf[..., None], A.astype(f32) * dtf, precision=prec)
             y = y + D.astype(f32)[:, None] * x.astype(f32)
             return y.reshape(b, t, h * p).astype(x.dtype)
 
@@ -111,12 +113,12 @@ def plain_jax_peer(op: str, arrays: tuple[Any, ...], opts: dict[str, Any]) -> Pe
 
         def lightning(q: Any, k: Any, v: Any) -> Any:
             a = jnp.broadcast_to(gamma, q.shape[:3])
-            return P.ssd_chunked(q, k, v, a, scale=scale).astype(q.dtype)
+            return P.ssd_chunked(q, k, v, a, scale=scale, precision=product_precision(q.dtype)).astype(q.dtype)
 
         return Peer(PEER, lightning, arrays)
 
     def gla(q: Any, k: Any, v: Any, g: Any) -> Any:
-        return P.gla_chunked(q, k, v, g, scale=scale).astype(q.dtype)
+        return P.gla_chunked(q, k, v, g, scale=scale, precision=product_precision(q.dtype)).astype(q.dtype)
 
     return Peer(PEER, gla, arrays)
 

@@ -85,11 +85,13 @@ def plain_jax_peer(op: str, arrays: tuple[Any, ...]) -> Peer:
     """The plain-JAX peer on the op's positional arrays (the op's order), GQA heads repeated, its
     output in the op's dtype."""
     from ...testing.plain_jax import delta_rule_chunked
+    from ..families.delta_rule_math import product_precision
 
     def peer(q: Any, k: Any, v: Any, beta: Any, gate: Any) -> Any:
         rep = v.shape[2] // q.shape[2]
         q, k = jnp.repeat(q, rep, axis=2), jnp.repeat(k, rep, axis=2)
-        return delta_rule_chunked(q, k, v, beta, gate, scale=q.shape[-1] ** -0.5).astype(v.dtype)
+        p = product_precision(v.dtype)
+        return delta_rule_chunked(q, k, v, beta, gate, scale=q.shape[-1] ** -0.5, precision=p).astype(v.dtype)
 
     if op == "kernel_delta_attention":
         return Peer(PEER, peer, arrays)
