@@ -135,6 +135,23 @@ def test_form_matches_reference(case, form):
             )
 
 
+def test_ragged_form_backward_multiplies_in_the_inputs_dtype():
+    """bfloat16 inputs, the default float32 output: the backward's ragged dots take the cotangent
+    rounded to bfloat16 (as the Triton implementation's), not float32 against bfloat16 weights."""
+    case = next(c for c in CASES if c.name == "bf16-f32-out")
+    x = _inputs(case)
+
+    def loss(lhs, rhs):
+        args = bind("grouped_matmul", lhs, rhs, x["sizes"], preferred_element_type=jnp.float32)
+        return jnp.sum(grouped_matmul(args, None) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, (0, 1)))(x["lhs"], x["rhs"]).jaxpr
+    dots = [e for e in jaxpr.eqns if e.primitive.name.startswith("ragged_dot")]
+    assert len(dots) == 3, [e.primitive.name for e in jaxpr.eqns]  # the forward, dlhs, drhs
+    for e in dots[1:]:
+        assert {v.aval.dtype for v in e.invars[:2]} == {jnp.dtype(jnp.bfloat16)}, e
+
+
 def test_chunks_cover_each_local_row_once():
     """Real chunks tile the local groups' rows in order, one group each, at most ``block`` rows,
     inside their window; their count is within the static bound. Random sizes (empty groups,
