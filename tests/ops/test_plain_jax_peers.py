@@ -101,6 +101,23 @@ def test_serving_peers_match_reference(op, step, names):
     assert _bench_peers(op, step + SERVING) == [(n, "ok") for n in names]
 
 
+def test_nsa_peer_matches_the_op():
+    """The dense-masked NSA peer against the XLA implementation (gathered blocks): 200 tokens
+    (a partial last block), 4 query heads over 2 kv heads, 3 selected blocks of 16, window 40."""
+    import ejkernel
+    from ejkernel.testing.plain_jax import nsa_dense
+
+    rng = np.random.default_rng(3)
+    n = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)  # noqa: E731
+    q, k, v = n(2, 200, 4, 16), n(2, 200, 2, 16), n(2, 200, 2, 16)
+    gates = [jnp.asarray(rng.random((2, 200, 4)), jnp.float32) for _ in range(3)]
+    got = nsa_dense(q, k, v, *gates, block_count=3, block_size=16, window=40)
+    want = ejkernel.native_sparse_attention(
+        q, k, v, gates[0], gates[1], block_counts=3, g_swa=gates[2], block_size=16, window_size=40, platform="xla"
+    )
+    _close(got, want)
+
+
 def test_page_attention_peers_match_reference():
     """The pre-gathered dense decode (a kernel's bar) and the gather + dense decode (the XLA
     path's peer: the gather timed), at a context that ends inside a page."""

@@ -21,6 +21,14 @@ The linear-recurrence ops' chunked forms:
   per pair (and channel), a triangular solve for ``(I + A)⁻¹`` and a ``lax.scan`` over chunks.
   ``gated_delta_rule`` (scalar gate) and ``kernel_delta_attention`` (per-channel gate).
 
+Sparse attention:
+
+- :func:`nsa_dense`: native sparse attention as the paper describes it, each branch a dense
+  attention under its ``[seq, seq]`` (or ``[seq, blocks]``) mask: mean-pooled block keys, the
+  top ``block_count`` blocks by the compressed branch's probabilities (summed over a key head's
+  query heads; the current block always, the future never), a sliding window; the three gated.
+  ``native_sparse_attention``.
+
 The chunked forms take ``[batch, seq, heads, dim]`` with as many key heads as value heads (callers repeat
 GQA heads); the sequence is padded to a whole number of chunks with zero inputs and gates (which
 leave the state unchanged). Float32 inside; outputs float32; their products at ``precision``
@@ -36,7 +44,7 @@ import jax.numpy as jnp
 
 from ..ops.families.delta_rule import l2norm
 
-__all__ = ["delta_rule_chunked", "gla_chunked", "softmax_attention", "ssd_chunked"]
+__all__ = ["delta_rule_chunked", "gla_chunked", "nsa_dense", "softmax_attention", "ssd_chunked"]
 
 F32 = jnp.float32
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -205,3 +213,36 @@ def delta_rule_chunked(
     _, o = jax.lax.scan(step, s0, xs)  # [c, b, h, l, v]
     o = jnp.moveaxis(o, 0, 2)  # [b, h, c, l, v]
     return _unchunk(jnp.moveaxis(o, 1, 3), t)
+
+
+def nsa_dense(
+    q: Any,
+    k: Any,
+    v: Any,
+    g_cmp: Any,
+    g_slc: Any,
+    g_swa: Any,
+    *,
+    block_count: int,
+    block_size: int,
+    window: int,
+    scale: float | None = None,
+) -> Any:
+    """NSA's three branches dense (module docstring): ``q [b, s, hq, d]``, ``k, v [b, s, h, d]``,
+    gates ``[b, s, hq]`` → ``[b, s, hq, d]`` in ``q``'s dtype; products in it (float32 logits of
+    the selection)."""
+    import numpy as np
+
+    from ..ops.native_sparse_attention.reference import dense_sequence
+
+    s, h = k.shape[1], k.shape[2]
+    counts = np.full((s, h), block_count)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+
+    def one(q: Any, k: Any, v: Any, gc: Any, gs: Any, gw: Any) -> Any:
+        return dense_sequence(
+            q, k, v, gc, gs, gw, None, counts,
+            bs=block_size, scale=scale, window=window, dtype=q.dtype, precision=None,
+        )  # fmt: skip
+
+    return jax.vmap(one)(q, k, v, g_cmp, g_slc, g_swa).astype(q.dtype)

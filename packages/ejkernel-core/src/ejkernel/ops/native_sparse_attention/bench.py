@@ -3,9 +3,11 @@
 NSA with all three branches at ``--s`` tokens: the selection computed from the compressed
 branch (``--count`` blocks of ``--bs``), a ``--window`` sliding window, gates on each. Cost: the
 FLOPs of the attention each token actually does, ``4·b·hq·d`` per (query, key) pair over its
-selected keys (``count·bs``), its window and half the compressed blocks (causal). Peer: dense
-causal attention on the same ``q, k, v`` (``jax.nn.dot_product_attention``, ``"cudnn"`` on GPU,
-else ``"xla"``), the attention NSA replaces.
+selected keys (``count·bs``), its window and half the compressed blocks (causal). Peer: the same
+NSA in plain JAX, each branch a dense attention under its mask
+(:func:`ejkernel.testing.plain_jax.nsa_dense`, checked like the op). Beside it, timed and not
+checked: dense causal attention on the same ``q, k, v`` (``jax.nn.dot_product_attention``,
+``"cudnn"`` on GPU, and ``"xla"``), the attention NSA replaces.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ..benchmark import BenchCase, OpBench, Peer
 from ..device import device_for_arrays
 
 __all__ = ["BENCH", "NSABench", "NSAShape"]
+
+PEER = "plain jax dense-masked NSA"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +51,7 @@ def _dense(implementation: str, q: Any, k: Any, v: Any) -> Any:
 class NSABench(OpBench):
     metric = "tflops"
 
-    @staticmethod
-    def peer(platform: str) -> str:
-        return "jax.nn[cudnn] dense causal" if platform == "gpu" else "jax.nn[xla] dense causal"
+    peer = PEER
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--b", type=int, default=1, help="batch")
@@ -88,6 +90,8 @@ class NSABench(OpBench):
             cost = 4.0 * sh.b * sh.h * sh.s * sh.d * keys
             case_peers = []
             if peers:
+                dense_nsa = functools.partial(_nsa_dense, block_count=sh.count, block_size=sh.bs, window=sh.window)
+                case_peers.append(Peer(PEER, dense_nsa, (q, k, v, *g)))
                 kr, vr = (jnp.repeat(x, sh.h // sh.hk, axis=2) for x in (k, v))
                 for name in (["cudnn"] if on_gpu else []) + ["xla"]:
                     # Dense attention computes something else: timed, not checked (_not_compared).
@@ -108,6 +112,12 @@ class NSABench(OpBench):
                 )
             )
         return out
+
+
+def _nsa_dense(q: Any, k: Any, v: Any, g_cmp: Any, g_slc: Any, g_swa: Any, **kw: Any) -> Any:
+    from ...testing.plain_jax import nsa_dense
+
+    return nsa_dense(q, k, v, g_cmp, g_slc, g_swa, **kw)
 
 
 def _not_compared(out: Any) -> None:

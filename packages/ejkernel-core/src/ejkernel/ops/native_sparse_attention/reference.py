@@ -15,7 +15,7 @@ import numpy as np
 from ..flash_attention.reference import HIGHEST
 from .op import DEFAULT_BLOCK_SIZE
 
-__all__ = ["native_sparse_attention_reference", "reference"]
+__all__ = ["dense_sequence", "native_sparse_attention_reference", "reference"]
 
 F32 = jnp.float32
 
@@ -40,9 +40,10 @@ def _pool(x: Any, bs: int) -> jax.Array:
     return padded.reshape(nb, bs, h, d).sum(axis=1) / counts[:, None, None]
 
 
-def _one(q, k, v, g_cmp, g_slc, g_swa, idx, counts, *, bs, scale, window, dtype, precision):
-    """One sequence: ``q [L, hq, d]``, ``k [L, h, d]``, ``v [L, h, dv]``, gates ``[L, hq]``,
-    ``idx [L, h, S]`` or ``None``, ``counts [L, h]``."""
+def dense_sequence(q, k, v, g_cmp, g_slc, g_swa, idx, counts, *, bs, scale, window, dtype, precision):
+    """One sequence, float32 ``[L, hq, dv]``: ``q [L, hq, d]``, ``k [L, h, d]``, ``v [L, h, dv]``,
+    gates ``[L, hq]``, ``idx [L, h, S]`` or ``None`` (then selected from the compressed branch,
+    traceable), ``counts [L, h]``; products in ``dtype`` at ``precision``."""
     n, hq, _ = q.shape
     h = k.shape[1]
     g = hq // h
@@ -131,7 +132,7 @@ def native_sparse_attention_reference(
         if hi <= lo:
             continue
         sl = lambda x, row=row, lo=lo, hi=hi: None if x is None else x[row, lo:hi]  # noqa: E731
-        o = _one(
+        o = dense_sequence(
             sl(query),
             sl(key),
             sl(value),
