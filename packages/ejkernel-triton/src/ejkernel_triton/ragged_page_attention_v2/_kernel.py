@@ -1,11 +1,11 @@
 """The paged attention kernel: decode rows (split-K) and prefill rows (FlashAttention-2 tiles) of
 packed query tokens over a paged K/V cache.
 
-One source, two kinds of program, each compiled and launched alone (``PREFILL``): the
-prefill tiles (heaviest first: the GPU starts blocks in index order), then the
-decode splits. Compiled together, the decode splits took the prefill tiles' registers and shared
-memory (sm_90, d 128: 255 registers against 116 alone) and ran 64 decodes at 8k 10% slower on an
-H200 (``benchmarks/results/h200/ragged_page_attention_v3.json``). Each program serves one kv head (``pid %
+One source, two kinds of program, each compiled and launched alone (``PREFILL``): the prefill
+tiles (heaviest first: the GPU starts blocks in index order), then the decode splits. Compiled
+together, the decode splits took the prefill tiles' registers and shared memory (sm_90, d 128:
+255 registers against 116 alone) and ran 64 decodes at 8k 10% slower on an H200
+(``benchmarks/results/h200/ragged_page_attention_v3.json``). Each program serves one kv head (``pid %
 NUM_KV_HEADS``), and the query heads of its GQA group are the rows of its tile next to the query
 tokens (row ``r``: token ``r // GROUPS``, head ``r % GROUPS``), so a page is read once per group.
 

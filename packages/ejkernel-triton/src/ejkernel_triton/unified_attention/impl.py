@@ -62,8 +62,8 @@ def config_of(t: Tiles) -> UnifiedAttentionConfig:
 class TritonUnifiedAttention(TritonPaged):
     """Unified attention in Triton for NVIDIA GPUs: the paged kernel's FlashAttention-2 prefill
     tiles and split-K decode tiles (a GQA group's query heads as the rows), two launches over the
-    separate caches, the decode splits merged in XLA. A sequence decodes when it has at most ``16 // groups``
-    queries, whatever the batch holds (``seq_threshold_3d`` does not apply)."""
+    separate caches, the decode splits merged in XLA. A sequence decodes when it has at most
+    ``16 // groups`` queries, whatever the batch holds (``seq_threshold_3d`` does not apply)."""
 
     max_sizes: ClassVar[Mapping[str, int]] = {"head_dim": 256}
     unsupported: ClassVar[Mapping[str, str]] = {
