@@ -97,6 +97,31 @@ def test_bench_json_is_on_disk_after_each_record(tmp_path, monkeypatch):
     assert first_case and all(r["ratio_fwd_tflops"] is None for r in first_case)  # no peer measured yet
 
 
+def test_bench_records_a_peer_that_fails(tmp_path, monkeypatch, capsys):
+    """A peer that fails (out of memory at a long shape) is reported and recorded with its reason,
+    with no timings, and no ratio is taken against it; the op's own record is complete."""
+    import jax
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 34359738368 bytes")
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", out_of_memory)
+    out_json = tmp_path / "r.json"
+    code = main(
+        [
+            "bench", "flash_attention", "--shape", "1,24,24,2,2,16", "--fwd-only", "--impl", "xla",
+            "--repeats", "1", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    records = {r["impl"]: r for r in json.loads(out_json.read_text())}
+    peer = records["jax.nn[xla]"]
+    assert peer["check"].startswith("failed: RuntimeError: RESOURCE_EXHAUSTED") and peer.get("fwd_ms") is None
+    assert peer["label"] == records["xla"]["label"]
+    assert records["xla"]["fwd_ms"] > 0 and records["xla"]["ratio_fwd_tflops"] is None
+    assert "jax.nn[xla]: failed on" in capsys.readouterr().out
+
+
 def test_bench_varlen_and_impl_filter(tmp_path):
     out_json = tmp_path / "r.json"
     code = main(

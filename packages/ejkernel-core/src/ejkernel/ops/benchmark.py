@@ -221,7 +221,14 @@ def run(
                     compile_s, compiled = _compile(fn, arrays)
                 out = jax.block_until_ready(compiled(*arrays))
             except Exception as e:
-                report(f"{name}: failed on {case.label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                reason = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+                report(f"{name}: failed on {case.label}: {reason}")
+                # Recorded too: "the peer runs out of memory there" is a result, not a gap.
+                rec = _record_base(op, name, device.device_kind, dtype)
+                rec.update(label=case.label, check=f"failed: {reason}", **case.fields, **case.extra)
+                records.append(rec)
+                if on_record is not None:
+                    on_record(with_ratios())
                 continue
             rec = _record_base(op, name, device.device_kind, dtype)
             rec["compile_s"] = compile_s
