@@ -160,3 +160,33 @@ def test_intra_chunk_kernels_match_the_jax_transform(gate, chunk, dtype):
         r = np.asarray(r)
         assert np.abs(r).max() > 0
         np.testing.assert_allclose(np.asarray(a), r, atol=tol_grad * np.abs(r).max(), rtol=rtol)
+
+
+@pytest.mark.parametrize("size", [16, 32, 64, 128, 256])
+def test_solve_kernel_matches_numpy(size):
+    """``_intra.delta_intra_solve_kernel`` (a per-channel gate's inverse, from the stored ``S`` and
+    β: the diagonal blocks side by side, written to ``M`` and read back for the products that join
+    them) against ``numpy.linalg.inv`` in float64, three chunks (each program's rows and columns
+    offset), ``A = diag(β) S`` of unit keys; 256: three doublings, whose float32 products drift
+    to ~1e-4 of the largest entry (as :func:`_unit_lower_inverse`'s do)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ejkernel_triton._delta._intra import delta_intra_solve_kernel
+    from ejkernel_triton._launch import launch
+
+    rng = np.random.default_rng(size)
+    n = 3
+    k = rng.standard_normal((n, size, 8))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    s = np.tril(k @ k.transpose(0, 2, 1), -1)
+    beta = rng.uniform(0.2, 1.0, (n, size))
+    (m,) = launch(
+        delta_intra_solve_kernel, jnp.asarray(s, jnp.float32), jnp.asarray(beta, jnp.float32),
+        out_shape=[jax.ShapeDtypeStruct((n, size, size), jnp.float32)],
+        grid=(n,), num_warps=4, num_stages=1, C=size, IPREC="ieee",
+    )  # fmt: skip
+    ref = np.linalg.inv(np.eye(size) + beta[..., None] * s)
+    assert np.abs(np.tril(ref, -17)).max() > 1e-3 or size == 16  # the blocks below the diagonal matter
+    np.testing.assert_allclose(np.asarray(m), ref, atol=(1e-5 if size <= 128 else 3e-4) * np.abs(ref).max())

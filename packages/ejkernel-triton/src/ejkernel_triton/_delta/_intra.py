@@ -6,9 +6,10 @@ and glast). fla's ``chunk_scaled_dot_kkt`` + ``solve_tril``, ``recompute_w_u``,
 ``prepare_wy_repr_bwd`` and the gate terms of ``chunk_bwd_dqkwg``. A scalar gate or none
 (``*_kernel``: whole key rows per program) and a per-key-channel gate (``*_pc_kernel``, KDA: key
 tiles of ``_call.PC_BLOCK_K`` channels and 16-row sub-blocks, see the section below; the pair sums
-and the inverse in one kernel, which also keeps ``S`` for ``dβ``; the gate's cumulative sums
-``G`` computed once, by ``delta_intra_gate_pc_kernel``; the backward through W, U and T per chunk,
-then through the pair sums per chunk and key tile).
+a program per sub-block of rows, which stores ``S`` for the inverse and ``dβ``; the inverse from
+it, a program per chunk; the gate's cumulative sums ``G`` computed once, by
+``delta_intra_gate_pc_kernel``; the backward through W, U and T per chunk, then through the pair
+sums per chunk and key tile).
 
 With ``G`` the gate's cumulative sum inside the chunk, ``E_ij = exp(G_i − G_j)`` (masked before
 the ``exp``: exact for any decay), ``S = K Kᵀ``:
@@ -319,51 +320,100 @@ def delta_intra_gate_pc_kernel(g, G, C: tl.constexpr, K: tl.constexpr, BK: tl.co
 
 
 @triton.jit
-def delta_intra_inverse_pc_kernel(
-    q, k, beta, G,
-    m, se, aqk,
-    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, GPREC: tl.constexpr, IPREC: tl.constexpr,
+def delta_intra_pairs_pc_kernel(
+    q, k, G,
+    se, aqk,
+    C: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, GPREC: tl.constexpr,
 ):  # fmt: skip
-    """Per chunk: ``S = tril(K Kᵀ ⊙ E, −1)`` (stored for the backward's ``dβ``), ``M = (I +
-    diag(β) S)⁻¹`` and ``Aqk = tril(Q Kᵀ ⊙ E)``, the pair sums over the key tiles in turn."""
-    i = tl.program_id(0).to(tl.int64)
+    """Per (``SUB``-row block, chunk): the block's rows of ``S = tril(K Kᵀ ⊙ E, −1)`` (stored for
+    the inverse and the backward's ``dβ``) and of ``Aqk = tril(Q Kᵀ ⊙ E)``, the pair sums over the
+    key tiles in turn: one ``[SUB, BK] × [BK, C]`` product each, of the rows' ``x ⊙ e^{G − G_r}``
+    and the columns' ``y ⊙ e^{G_r − G}`` up to the block's end when the tile is factored, else up
+    to its start and the block's own pairs column by column. A program per row block keeps the
+    products at the rows that need them; the chunk's blocks are neighbours in the grid (axis 0),
+    so its columns are read from L2."""
+    r = tl.program_id(0) * SUB
+    i = tl.program_id(1).to(tl.int64)
     o_c = tl.arange(0, C)
+    o_s = tl.arange(0, SUB)
     base = i * C
-    rows = base + o_c
-    ref = (o_c // SUB) * SUB  # each row's sub-block start
-    pos = o_c - ref
-    same = ref[:, None] == ref[None, :]
-    causal = o_c[:, None] >= o_c[None, :]
-    acc_kk = tl.zeros([C, C], dtype=tl.float32)
-    acc_qk = tl.zeros([C, C], dtype=tl.float32)
+    rows = base + r + o_s
+    cols = base + o_c
+    acc_kk = tl.zeros([SUB, C], dtype=tl.float32)
+    acc_qk = tl.zeros([SUB, C], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
-        b_q, b_k, b_G, b_d, _, b_xq, b_xk = _pair_tile(q, k, G, rows, base, ref, o_k, K)
-        for blk in tl.static_range(1, C // SUB):  # pairs in earlier sub-blocks
-            _, b_z = _earlier(G, b_G, base, o_c, o_k, blk * SUB, K)
-            b_y = b_k * b_z
-            in_blk = (ref == blk * SUB)[:, None]
-            acc_kk += _dot(tl.where(in_blk, b_xk, 0.0), tl.trans(b_y), GPREC)
-            acc_qk += _dot(tl.where(in_blk, b_xq, 0.0), tl.trans(b_y), GPREC)
-        if _factored(b_d):  # pairs inside a sub-block
-            b_yd = b_k * tl.exp(-b_d)
-            keep = same & causal
-            acc_kk += tl.where(keep, _dot(b_xk, tl.trans(b_yd), GPREC), 0.0)
-            acc_qk += tl.where(keep, _dot(b_xq, tl.trans(b_yd), GPREC), 0.0)
-        else:  # column by column: column ref + s of every sub-block at once
+        m_k = o_k < K
+        b_q = _tile(q, rows, o_k, K)
+        b_k = _tile(k, rows, o_k, K)
+        b_G = _tile(G, rows, o_k, K)
+        g_r = tl.load(G + (base + r) * K + o_k, mask=m_k, other=0.0)
+        b_d = b_G - g_r[None, :]
+        b_ex = tl.exp(b_d)
+        lim = tl.where(_factored(b_d), r + SUB, r)  # columns the product takes
+        m_c = (o_c < lim)[:, None] & m_k[None, :]
+        p_c = cols[:, None] * K + o_k[None, :]
+        b_Gc = tl.load(G + p_c, mask=m_c, other=0.0)
+        b_z = tl.load(k + p_c, mask=m_c, other=0.0).to(tl.float32)
+        b_z *= tl.exp(tl.where(m_c, g_r[None, :] - b_Gc, float("-inf")))
+        acc_kk += _dot(b_k * b_ex, tl.trans(b_z), GPREC)
+        acc_qk += _dot(b_q * b_ex, tl.trans(b_z), GPREC)
+        if lim == r:  # the block's own pairs, column by column: exponents spanning j..i only
             for s in range(SUB):
-                cols = ref + s
-                b_e = tl.exp(tl.where((pos >= s)[:, None], b_G - _tile(G, base + cols, o_k, K), float("-inf")))
-                b_ke = _tile(k, base + cols, o_k, K) * b_e
-                sel = o_c[None, :] == cols[:, None]
+                p_j = (base + r + s) * K + o_k
+                b_e = tl.exp(
+                    tl.where((o_s >= s)[:, None], b_G - tl.load(G + p_j, mask=m_k, other=0.0)[None, :], float("-inf"))
+                )
+                b_ke = tl.load(k + p_j, mask=m_k, other=0.0).to(tl.float32)[None, :] * b_e
+                sel = o_c[None, :] == r + s
                 acc_kk = tl.where(sel, acc_kk + tl.sum(b_k * b_ke, axis=1)[:, None], acc_kk)
                 acc_qk = tl.where(sel, acc_qk + tl.sum(b_q * b_ke, axis=1)[:, None], acc_qk)
+    row = r + o_s
+    p_o = rows[:, None] * C + o_c[None, :]
+    tl.store(se + p_o, tl.where(row[:, None] > o_c[None, :], acc_kk, 0.0))
+    tl.store(aqk + p_o, tl.where(row[:, None] >= o_c[None, :], acc_qk, 0.0).to(aqk.dtype.element_ty))
+
+
+@triton.jit
+def delta_intra_solve_kernel(se, beta, m, C: tl.constexpr, IPREC: tl.constexpr):
+    """Per chunk: ``M = (I + A)⁻¹``, ``A = diag(β) S`` of the stored strictly lower ``S``. The
+    ``SUB × SUB`` diagonal blocks' inverses first, all blocks side by side in one ``[SUB, C]``
+    tile (``Md[t, b·SUB + j] = (M_b)_tj``), by forward substitution whose step ``s`` reads row
+    ``s`` of every block from memory, arranged against ``Md``'s rows: one reduction per step over
+    ``SUB`` rows, where :func:`_unit_lower_inverse` takes two over ``C``. They are written
+    block-diagonally into ``m`` and read back (a barrier between: the program's threads exchange
+    them through memory) for the products that join the blocks."""
+    i = tl.program_id(0).to(tl.int64)
+    o_c = tl.arange(0, C)
+    o_s = tl.arange(0, SUB)
+    base = i * C
+    rows = base + o_c
+    start = (o_c // SUB) * SUB  # each column's block start
+    b_Md = tl.where(o_s[:, None] == (o_c - start)[None, :], 1.0, 0.0)
+    for s in tl.static_range(1, SUB):
+        # a[t, c] = A[start(c) + s, start(c) + t] for t < s
+        p_a = (base + start[None, :] + s) * C + start[None, :] + o_s[:, None]
+        b_a = tl.load(se + p_a, mask=(o_s < s)[:, None], other=0.0) * tl.load(beta + base + start + s)[None, :]
+        b_row = tl.sum(b_a * b_Md, axis=0)
+        b_Md = tl.where((o_s == s)[:, None], b_Md - b_row[None, :], b_Md)
     p_c = rows[:, None] * C + o_c[None, :]
-    b_s = tl.where(o_c[:, None] > o_c[None, :], acc_kk, 0.0)
-    tl.store(se + p_c, b_s)
-    tl.store(aqk + p_c, tl.where(causal, acc_qk, 0.0).to(aqk.dtype.element_ty))
-    b_b = tl.load(beta + rows)
-    tl.store(m + p_c, _unit_lower_inverse(b_s * b_b[:, None], o_c, C, IPREC))
+    if C > SUB:
+        tl.store(m + (base + start[None, :] + o_s[:, None]) * C + o_c[None, :], b_Md)
+        tl.debug_barrier()
+        same = start[:, None] == start[None, :]
+        b_M = tl.where(same, tl.load(m + p_c), 0.0)
+        b_A = tl.load(se + p_c) * tl.load(beta + rows)[:, None]
+        tl.debug_barrier()  # every thread has read Md before M overwrites it
+        eye = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0)
+        b_N = tl.dot(b_M, tl.where(same, 0.0, b_A), input_precision=IPREC)
+        b_P = eye - b_N
+        for d in tl.static_range(1, 4):  # C / SUB = 2^n blocks (C <= 256): n - 1 doublings
+            if (SUB << d) < C:
+                b_N = tl.dot(b_N, b_N, input_precision=IPREC)
+                b_P += tl.dot(b_P, b_N, input_precision=IPREC)
+        tl.store(m + p_c, tl.dot(b_P, b_M, input_precision=IPREC))
+    else:
+        tl.store(m + p_c, b_Md)
 
 
 @triton.jit
