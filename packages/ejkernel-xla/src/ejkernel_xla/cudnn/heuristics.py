@@ -35,14 +35,16 @@ class Measured:
 
 
 TRITON_OVER_CUDNN: tuple[Measured, ...] = (
-    Measured(batch=2, seq=8192, heads=16, kv_heads=16, head_dim=128, causal=False, fwd=0.96, fwdbwd=0.71),
-    Measured(batch=2, seq=8192, heads=16, kv_heads=16, head_dim=128, causal=True, fwd=0.89, fwdbwd=0.71),
-    Measured(batch=8, seq=2048, heads=16, kv_heads=16, head_dim=128, causal=False, fwd=0.86, fwdbwd=0.70),
-    Measured(batch=8, seq=2048, heads=16, kv_heads=16, head_dim=128, causal=True, fwd=0.82, fwdbwd=0.68),
-    Measured(batch=16, seq=1024, heads=16, kv_heads=16, head_dim=64, causal=False, fwd=0.69, fwdbwd=0.74),
-    Measured(batch=16, seq=1024, heads=16, kv_heads=16, head_dim=64, causal=True, fwd=0.69, fwdbwd=0.72),
-    Measured(batch=4, seq=4096, heads=32, kv_heads=8, head_dim=128, causal=False, fwd=0.90, fwdbwd=0.71),
-    Measured(batch=4, seq=4096, heads=32, kv_heads=8, head_dim=128, causal=True, fwd=0.88, fwdbwd=0.63),
+    Measured(batch=2, seq=8192, heads=16, kv_heads=16, head_dim=128, causal=False, fwd=0.91, fwdbwd=0.71),
+    Measured(batch=2, seq=8192, heads=16, kv_heads=16, head_dim=128, causal=True, fwd=0.92, fwdbwd=0.71),
+    Measured(batch=4, seq=4096, heads=32, kv_heads=8, head_dim=128, causal=False, fwd=0.94, fwdbwd=0.71),
+    Measured(batch=4, seq=4096, heads=32, kv_heads=8, head_dim=128, causal=True, fwd=0.92, fwdbwd=0.63),
+    Measured(batch=8, seq=2048, heads=16, kv_heads=16, head_dim=64, causal=False, fwd=0.80, fwdbwd=0.77),
+    Measured(batch=8, seq=2048, heads=16, kv_heads=16, head_dim=64, causal=True, fwd=0.74, fwdbwd=0.69),
+    Measured(batch=16, seq=1024, heads=16, kv_heads=16, head_dim=128, causal=False, fwd=0.86, fwdbwd=0.72),
+    Measured(batch=16, seq=1024, heads=16, kv_heads=16, head_dim=128, causal=True, fwd=0.81, fwdbwd=0.68),
+    Measured(batch=1, seq=16384, heads=8, kv_heads=8, head_dim=256, causal=False, fwd=0.42, fwdbwd=0.32),
+    Measured(batch=1, seq=16384, heads=8, kv_heads=8, head_dim=256, causal=True, fwd=0.58, fwdbwd=0.36),
 )
 
 #: The Triton backend's priority (``ejkernel_triton.PRIORITY``), not imported: this package must not
