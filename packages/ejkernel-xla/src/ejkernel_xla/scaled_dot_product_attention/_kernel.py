@@ -18,17 +18,23 @@ def _softmax(s: jax.Array, sinks: jax.Array | None) -> tuple[jax.Array, jax.Arra
     """The probabilities of the logits ``s`` (``-inf``: masked) and of the ``sinks`` (extra
     logits in the denominator only, ``[..., n]`` broadcasting against ``s``'s rows; or ``None``);
     a row with nothing to attend gets zeros."""
+    # The guards are maxima, not selects: XLA's CPU backend then fuses the softmax into the
+    # logits' matmul, as it does jax.nn.softmax (14 fusions with selects, 9 so; the plain-JAX peer
+    # of benchmarks/results/cpu/attention.json). A fully masked row's maximum becomes the lowest
+    # finite float (its exponentials 0), its sum the smallest normal one (its probabilities 0);
+    # a row that sees a key has a sum >= 1.
+    low = jnp.finfo(s.dtype)
     m = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         m = jnp.maximum(m, sinks.max(axis=-1, keepdims=True))
-    m = jnp.where(m == -jnp.inf, 0.0, m)  # softmax is shift-invariant
+    m = jnp.maximum(m, low.min)  # softmax is shift-invariant
     e = jnp.exp(s - m)
     denom = e.sum(axis=-1, keepdims=True)
     e_sinks = None
     if sinks is not None:
         e_sinks = jnp.exp(sinks - m)
         denom = denom + e_sinks.sum(axis=-1, keepdims=True)
-    inv = 1.0 / jnp.where(denom > 0, denom, 1.0)
+    inv = 1.0 / jnp.maximum(denom, low.tiny)
     return e * inv, (None if e_sinks is None else e_sinks * inv)
 
 
