@@ -190,3 +190,40 @@ def test_solve_kernel_matches_numpy(size):
     ref = np.linalg.inv(np.eye(size) + beta[..., None] * s)
     assert np.abs(np.tril(ref, -17)).max() > 1e-3 or size == 16  # the blocks below the diagonal matter
     np.testing.assert_allclose(np.asarray(m), ref, atol=(1e-5 if size <= 128 else 3e-4) * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("gate", ["channel", "scalar"])
+def test_long_grid_axes_come_first(monkeypatch, gate):
+    """CUDA allows 65535 programs on grid axes 1 and 2: every intra-chunk and inter-chunk launch
+    of the forward and backward puts the chunks (here 16 heads x 4608 chunks = 73728) on axis 0."""
+    import jax
+    import jax.numpy as jnp
+
+    from ejkernel.ops.families import delta_rule_math as M
+    from ejkernel_triton._delta import _call as D
+
+    grids = []
+
+    def fake_launch(kernel, *args, out_shape, grid, **kw):
+        grids.append((kw.get("name"), tuple(grid)))
+        return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
+
+    monkeypatch.setattr(D, "launch", fake_launch)
+    b, t, h, d = 1, 4608 * 16, 16, 16
+    x = jnp.zeros((b, t, h, d), jnp.float16)
+    beta = jnp.zeros((b, t, h), jnp.float32)
+    g = jnp.zeros((b, t, h, d if gate == "channel" else 1), jnp.float32)
+
+    def loss(x, beta, g):
+        c = M.to_chunks(x, x, x, beta, g, None, None, scale=0.25, use_qk_l2norm=False, chunk=16, dtype=x.dtype)
+        o, _ = D.triton_delta_rule(c, D.triton_intra_chunk(c, x.dtype), x.dtype, block_v=16, num_warps=4, num_stages=1)
+        return jnp.sum(o.astype(jnp.float32))
+
+    jax.eval_shape(jax.grad(loss, argnums=(0, 1, 2)), x, beta, g)
+    names = {n for n, _ in grids}
+    assert {"ejkernel_delta_intra_inverse", "ejkernel_delta_intra_fwd", "ejkernel_delta_intra_bwd_qk"} <= names, names
+    if gate == "channel":
+        assert "ejkernel_delta_intra_pairs" in names, names
+    for name, grid in grids:
+        assert all(n <= 65535 for n in grid[1:]), (name, grid)
+        assert grid[0] < 2**31, (name, grid)

@@ -320,7 +320,7 @@ def _intra_forward(spec: IntraSpec, q, k, v, beta, g):
         se, aqk = launch(
             delta_intra_pairs_pc_kernel, q, k, gs,
             out_shape=[jax.ShapeDtypeStruct((n, c, c), F32), jax.ShapeDtypeStruct((n, c, c), dt)],
-            grid=(c // _SUB.value, n), num_warps=PC_WARPS["pairs"], num_stages=1, name="ejkernel_delta_intra_pairs",
+            grid=(n * (c // _SUB.value),), num_warps=PC_WARPS["pairs"], num_stages=1, name="ejkernel_delta_intra_pairs",
             C=c, K=kd, BK=min(PAIRS_BLOCK_K, _pow2(kd)), GPREC=spec.gate_prec,
         )  # fmt: skip
         (m,) = launch(

@@ -330,10 +330,12 @@ def delta_intra_pairs_pc_kernel(
     key tiles in turn: one ``[SUB, BK] × [BK, C]`` product each, of the rows' ``x ⊙ e^{G − G_r}``
     and the columns' ``y ⊙ e^{G_r − G}`` up to the block's end when the tile is factored, else up
     to its start and the block's own pairs column by column. A program per row block keeps the
-    products at the rows that need them; the chunk's blocks are neighbours in the grid (axis 0),
-    so its columns are read from L2."""
-    r = tl.program_id(0) * SUB
-    i = tl.program_id(1).to(tl.int64)
+    products at the rows that need them; the chunk's blocks are neighbours in the one-axis grid
+    (program ``i · C/SUB + block``; the second and third grid axes stop at 65535), so its columns
+    are read from L2."""
+    pid = tl.program_id(0)
+    r = (pid % (C // SUB)) * SUB
+    i = (pid // (C // SUB)).to(tl.int64)
     o_c = tl.arange(0, C)
     o_s = tl.arange(0, SUB)
     base = i * C
