@@ -74,14 +74,24 @@ def _unit_lower_inverse(b_A, o_c, C: tl.constexpr, IPREC: tl.constexpr):
         b_row = tl.sum(a_r[:, None] * b_M, axis=0)
         b_M = tl.where(sel[:, None] & same, eye - b_row[None, :], b_M)
     if C > B:
-        b_N = tl.dot(b_M, tl.where(same, 0.0, b_A), input_precision=IPREC)
-        b_P = eye - b_N
-        for s in tl.static_range(1, 4):  # C / B = 2^m blocks (C <= 256): m - 1 doublings
-            if (B << s) < C:
-                b_N = tl.dot(b_N, b_N, input_precision=IPREC)
-                b_P += tl.dot(b_P, b_N, input_precision=IPREC)
-        b_M = tl.dot(b_P, b_M, input_precision=IPREC)
+        b_M = _join_blocks(b_M, b_A, same, o_c, C, B, IPREC)
     return b_M
+
+
+@triton.jit
+def _join_blocks(b_Md, b_A, same, o_c, C: tl.constexpr, B: tl.constexpr, IPREC: tl.constexpr):
+    """``(I + A)⁻¹`` from ``Md``, the inverses of ``I + A``'s ``B × B`` diagonal blocks (``[C, C]``,
+    zero off them; ``same``: whether row and column share a block): ``(I + N)⁻¹ Md`` with
+    ``N = Md A_o``, ``A_o`` the blocks below the diagonal, nilpotent of order ``C / B``:
+    ``(I + N)⁻¹ = (I − N)(I + N²)(I + N⁴)…``, its products as ``IPREC`` says."""
+    eye = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0)
+    b_N = tl.dot(b_Md, tl.where(same, 0.0, b_A), input_precision=IPREC)
+    b_P = eye - b_N
+    for s in tl.static_range(1, 4):  # C / B = 2^m blocks (C <= 256): m - 1 doublings
+        if (B << s) < C:
+            b_N = tl.dot(b_N, b_N, input_precision=IPREC)
+            b_P += tl.dot(b_P, b_N, input_precision=IPREC)
+    return tl.dot(b_P, b_Md, input_precision=IPREC)
 
 
 @triton.jit
@@ -406,14 +416,7 @@ def delta_intra_solve_kernel(se, beta, m, C: tl.constexpr, IPREC: tl.constexpr):
         b_M = tl.where(same, tl.load(m + p_c), 0.0)
         b_A = tl.load(se + p_c) * tl.load(beta + rows)[:, None]
         tl.debug_barrier()  # every thread has read Md before M overwrites it
-        eye = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0)
-        b_N = tl.dot(b_M, tl.where(same, 0.0, b_A), input_precision=IPREC)
-        b_P = eye - b_N
-        for d in tl.static_range(1, 4):  # C / SUB = 2^n blocks (C <= 256): n - 1 doublings
-            if (SUB << d) < C:
-                b_N = tl.dot(b_N, b_N, input_precision=IPREC)
-                b_P += tl.dot(b_P, b_N, input_precision=IPREC)
-        tl.store(m + p_c, tl.dot(b_P, b_M, input_precision=IPREC))
+        tl.store(m + p_c, _join_blocks(b_M, b_A, same, o_c, C, SUB, IPREC))
     else:
         tl.store(m + p_c, b_Md)
 
