@@ -192,10 +192,12 @@ def test_solve_kernel_matches_numpy(size):
     np.testing.assert_allclose(np.asarray(m), ref, atol=(1e-5 if size <= 128 else 3e-4) * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("rows", ["long", "many"])
 @pytest.mark.parametrize("gate", ["channel", "scalar"])
-def test_long_grid_axes_come_first(monkeypatch, gate):
+def test_long_grid_axes_come_first(monkeypatch, gate, rows):
     """CUDA allows 65535 programs on grid axes 1 and 2: every intra-chunk and inter-chunk launch
-    of the forward and backward puts the chunks (here 16 heads x 4608 chunks = 73728) on axis 0."""
+    of the forward and backward puts the chunks and the head rows on axis 0: here 16 heads x
+    4608 chunks = 73728, or 4200 x 16 = 67200 head rows of one chunk (a serving batch)."""
     import jax
     import jax.numpy as jnp
 
@@ -209,7 +211,7 @@ def test_long_grid_axes_come_first(monkeypatch, gate):
         return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
 
     monkeypatch.setattr(D, "launch", fake_launch)
-    b, t, h, d = 1, 4608 * 16, 16, 16
+    b, t, h, d = (1, 4608 * 16, 16, 16) if rows == "long" else (4200, 16, 16, 16)
     x = jnp.zeros((b, t, h, d), jnp.float16)
     beta = jnp.zeros((b, t, h), jnp.float32)
     g = jnp.zeros((b, t, h, d if gate == "channel" else 1), jnp.float32)

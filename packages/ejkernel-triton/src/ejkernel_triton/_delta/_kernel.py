@@ -7,12 +7,12 @@ a chunk, padding is inert).
   keeps the state block ``S [K, BV]`` in float32 registers and writes the state entering each
   chunk, the corrected values ``V' = U - W S`` and the final state(s):
   ``S ← exp(γ_last) ⊙ S + (K ⊙ exp(γ_last - γ))ᵀ V'``.
-- ``delta_fwd_o_kernel``: one program per (chunk, value block, head row):
+- ``delta_fwd_o_kernel``: one program per (head row x chunk, value block):
   ``O = (Q ⊙ exp(γ)) S + Aqk V'``.
 - ``delta_bwd_dh_kernel``: the reverse walk: with ``dS`` the gradient of the state leaving a
   chunk, ``dV' = Aqkᵀ dO + (K ⊙ exp(γ_last - γ)) dS`` and the gradient of the state entering
   it ``Qgᵀ dO + exp(γ_last) ⊙ dS - Wᵀ dV'``.
-- ``delta_bwd_dqkw_kernel``: one program per (chunk, key block, head row): the per-chunk
+- ``delta_bwd_dqkw_kernel``: one program per (head row x chunk, key block): the per-chunk
   products of the backward, ``dQg``, ``dW``, ``dKg``, ``d exp(γ_last)`` and ``dAqk``.
 
 Under varlen (``VARLEN``) the state walks run one program per (sequence, head, value block) over
@@ -116,9 +116,9 @@ def delta_fwd_o_kernel(
     o,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    i_c = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)  # (head row, chunk): axis 0 takes 2^31 - 1 programs
+    i_c, i_rh = pid % NC, pid // NC
     i_v = tl.program_id(1)
-    i_rh = tl.program_id(2).to(tl.int64)
     o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -197,14 +197,14 @@ def delta_bwd_dqkw_kernel(
     dqg, dw, dkg, dgl, daqk,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    """The per-chunk products of the inter backward, one program per (chunk, key block, head
-    row), walking the value dim ``BV`` columns at a time: ``dQg = dO Sᵀ``, ``dW = -dV' Sᵀ``,
+    """The per-chunk products of the inter backward, one program per (head row x chunk, key
+    block), walking the value dim ``BV`` columns at a time: ``dQg = dO Sᵀ``, ``dW = -dV' Sᵀ``,
     ``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS`` over its ``BK`` key channels, and (the first
     key block only) ``dAqk = dO V'ᵀ``. ``S``/``dS``: the states entering / the gradient of the
     state leaving each chunk."""
-    i_c = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)  # (head row, chunk), as in delta_fwd_o_kernel
+    i_c, i_rh = pid % NC, pid // NC
     i_k = tl.program_id(1)
-    i_rh = tl.program_id(2).to(tl.int64)
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
