@@ -207,6 +207,19 @@ def sm_count() -> int:
     return int(getattr(jax.devices()[0], "core_count", 0) or 132)
 
 
+# CUDA's grid limits: programs on axis 0, and on axes 1 and 2 (``_grid`` folds tiles x rows onto axis 0).
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def check_grid(grid: tuple[int, ...], name: str) -> None:
+    """Raise ``ValueError`` for a grid CUDA cannot launch: more programs on an axis than it allows."""
+    for axis, (n, limit) in enumerate(zip(grid, GRID_LIMITS, strict=False)):
+        if n > limit:
+            raise ValueError(
+                f"{name}: grid {tuple(grid)} has {n} programs on axis {axis}; CUDA launches at most {limit}"
+            )
+
+
 def launch(
     kernel: Any,
     *args: Any,
@@ -220,6 +233,7 @@ def launch(
 ) -> list[jax.Array]:
     """Launch ``kernel`` on ``grid``: ``args`` are arrays (pointers) and Python scalars, in the
     kernel's order; outputs (``out_shape``) follow them; ``constexprs`` are compile-time."""
+    check_grid(tuple(grid), name or getattr(kernel, "__name__", "kernel"))
     if _INTERPRET:
         interp = functools.partial(_launch_interpreted, kernel, out_shape=out_shape, grid=grid, zeroed=zeroed_outputs)
         return _mapped_sequentially(lambda *xs: interp(xs, meta=constexprs), args)
@@ -274,6 +288,7 @@ def launch_compiled(
     specialization (the compiled kernel runs more warps than ``num_warps``). The kernel is
     compiled here and launched by jaxlib's Triton custom call with the compiled warp count and
     scratch size. Same arguments as :func:`launch`, without zeroed outputs."""
+    check_grid(tuple(grid), name or getattr(kernel, "__name__", "kernel"))
     if _INTERPRET:
         interp = functools.partial(_launch_interpreted, kernel, out_shape=out_shape, grid=grid, zeroed=())
         return _mapped_sequentially(lambda *xs: interp(xs, meta=constexprs), args)

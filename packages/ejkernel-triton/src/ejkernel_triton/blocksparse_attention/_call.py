@@ -17,6 +17,7 @@ import numpy as np
 
 from ejkernel.ops.blocksparse_attention import BlockLayout, BlockSparseAttentionArgs, BlockSparseAttentionConfig
 
+from .._grid import folded
 from .._launch import dot_precision, launch
 from ._kernel import bsa_bwd_dkdv_kernel, bsa_bwd_dq_kernel, bsa_fwd_kernel
 
@@ -112,6 +113,7 @@ def _forward(spec: Spec, lay: BlockLayout, q, k, v, aux, masks):
     p = _Padded(spec, bq, bk, q, k, v, masks)
     b = q.shape[0]
     index, count, flags, mask_idx, meta_bs, count_bs, width = _schedule(lay, key_major=False)
+    assert index.shape[1] == p.sqp // bq, (index.shape, p.sqp, bq)  # the kernels' tiles per row
     sinks = aux.astype(F32) if aux is not None else jnp.zeros((1,), F32)
     num_sinks = int(aux.shape[1]) if aux is not None else 0
     out, lse = launch(
@@ -124,7 +126,7 @@ def _forward(spec: Spec, lay: BlockLayout, q, k, v, aux, masks):
             jax.ShapeDtypeStruct((b, spec.heads, p.sqp, spec.dvp), q.dtype),
             jax.ShapeDtypeStruct((b, spec.heads, p.sqp), F32),
         ],
-        grid=(index.shape[1], b * spec.heads),
+        grid=folded(index.shape[1], b * spec.heads),
         num_warps=warps,
         num_stages=stages,
         name="ejkernel_blocksparse_attention_fwd",
@@ -149,24 +151,26 @@ def _backward(spec: Spec, lay: BlockLayout, q, k, v, aux, masks, out, lse, dout)
     )  # fmt: skip
     scalars = (np.float32(spec.scale), np.float32(spec.soft_cap or 1.0))
     index, count, flags, mask_idx, meta_bs, count_bs, width = _schedule(lay, key_major=False)
+    assert index.shape[1] == p.sqp // bq, (index.shape, p.sqp, bq)  # the kernels' tiles per row
     (dq,) = launch(
         bsa_bwd_dq_kernel,
         p.q, p.k, p.v, do, lse_p, delta_p, index, count, flags, mask_idx, pm, p.q_seg, p.kv_seg, p.am,
         *scalars, meta_bs, count_bs, p.am_bstride, p.am_hstride, width,
         out_shape=[jax.ShapeDtypeStruct(p.q.shape, q.dtype)],
-        grid=(index.shape[1], b * spec.heads),
+        grid=folded(index.shape[1], b * spec.heads),
         num_warps=warps,
         num_stages=stages,
         name="ejkernel_blocksparse_attention_bwd_dq",
         **common,
     )  # fmt: skip
     index, count, flags, mask_idx, meta_bs, count_bs, width = _schedule(lay, key_major=True)
+    assert index.shape[1] == p.skp // bk, (index.shape, p.skp, bk)
     dk, dv = launch(
         bsa_bwd_dkdv_kernel,
         p.q, p.k, p.v, do, lse_p, delta_p, index, count, flags, mask_idx, pm, p.q_seg, p.kv_seg, p.am,
         *scalars, meta_bs, count_bs, p.am_bstride, p.am_hstride, width,
         out_shape=[jax.ShapeDtypeStruct(p.k.shape, k.dtype), jax.ShapeDtypeStruct(p.v.shape, v.dtype)],
-        grid=(index.shape[1], b * hk),
+        grid=folded(index.shape[1], b * hk),
         num_warps=warps,
         num_stages=stages,
         name="ejkernel_blocksparse_attention_bwd_dkdv",

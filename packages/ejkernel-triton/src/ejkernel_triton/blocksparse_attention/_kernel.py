@@ -12,6 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._grid import tile_and_row
+
 FLAG_STATIC = tl.constexpr(1)
 FLAG_SEGMENTS = tl.constexpr(2)
 FLAG_ATTENTION_MASK = tl.constexpr(4)
@@ -67,8 +69,7 @@ def bsa_fwd_kernel(
     DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    i = tl.program_id(0)
-    bh = tl.program_id(1)
+    i, bh = tile_and_row(SQP // BLOCK_M)
     b = bh // H
     head = bh % H
     kv_bh = (b * (H // G) + head // G).to(tl.int64)
@@ -131,8 +132,7 @@ def bsa_bwd_dq_kernel(
     HAS_SEG: tl.constexpr, HAS_AM: tl.constexpr, HAS_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query tile over its key tiles: ``dS = P ∘ (dO Vᵀ - D)``, ``dQ = dS K · scale``."""
-    i = tl.program_id(0)
-    bh = tl.program_id(1)
+    i, bh = tile_and_row(SQP // BLOCK_M)
     b = bh // H
     head = bh % H
     kv_bh = (b * (H // G) + head // G).to(tl.int64)
@@ -187,8 +187,7 @@ def bsa_bwd_dkdv_kernel(
 ):  # fmt: skip
     """dK, dV of one key tile over the query tiles that visit it, for every query head of its
     group: ``dV = Σ Pᵀ dO``, ``dK = Σ dSᵀ Q · scale``."""
-    j = tl.program_id(0)
-    kv_bh = tl.program_id(1)
+    j, kv_bh = tile_and_row(SKP // BLOCK_N)
     hk = H // G
     b = kv_bh // hk
     kvh = kv_bh % hk

@@ -15,6 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._grid import tile_and_row
 from ._fwd import _tanh
 from ._kernel import (
     _BH_OFFSET,
@@ -127,8 +128,7 @@ def flash_dq_kernel(
     HAS_BIAS: tl.constexpr, WRITE_DBIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = tile_and_row(tl.cdiv(seq_q, BLOCK_M))
     off_b = pid_bh // num_heads
     off_h = pid_bh % num_heads
     off_kh = off_h // groups
@@ -330,8 +330,7 @@ def flash_dkdv_kernel(
     HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    pid_n = tl.program_id(0)
-    pid_bkh = tl.program_id(1)
+    pid_n, pid_bkh = tile_and_row(tl.cdiv(seq_k, BLOCK_N))
     off_b = pid_bkh // num_kv_heads
     off_kh = pid_bkh % num_kv_heads
     b64 = off_b.to(tl.int64)

@@ -20,6 +20,7 @@ from ejkernel.ops import BwdParams, FwdParams
 from ejkernel.ops.families.attention import AttentionArgs
 from ejkernel.ops.families.attention_math import key_bounds, output_rowsum, softmax_aux_grad
 
+from .._grid import folded
 from .._launch import launch, launch_compiled
 from ._bwd import flash_dkdv_kernel, flash_dq_kernel
 from ._fwd import flash_fwd_kernel, flash_fwd_tma_kernel, flash_fwd_tma_ws_kernel
@@ -103,7 +104,7 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
             flash_fwd_tma_ws_kernel if specialized else flash_fwd_tma_kernel,
             q, k, v, np.float32(spec.scale), b, sq, sk, h, spec.num_kv_heads, spec.groups,
             out_shape=out_shape,
-            grid=(_cdiv(sq, block_m), b * h),
+            grid=folded(_cdiv(sq, block_m), b * h),
             num_warps=warps,
             num_stages=stages,
             name="ejkernel_flash_fwd_tma_ws" if specialized else "ejkernel_flash_fwd_tma",
@@ -127,7 +128,7 @@ def forward(spec: Spec, q, k, v, bias, aux, q_seg, kv_seg, row_lo, row_hi, seed)
         flash_fwd_kernel,
         *args,
         out_shape=out_shape,
-        grid=(_cdiv(sq, block_m), b * h),
+        grid=folded(_cdiv(sq, block_m), b * h),
         num_warps=warps,
         num_stages=stages,
         name="ejkernel_flash_fwd",
@@ -182,7 +183,7 @@ def backward(
             jax.ShapeDtypeStruct(k.shape, spec.out_dtype(k)),
             jax.ShapeDtypeStruct(v.shape, spec.out_dtype(v)),
         ],
-        grid=(_cdiv(sk, block_n), b * hk),
+        grid=folded(_cdiv(sk, block_n), b * hk),
         num_warps=warps,
         num_stages=stages,
         name="ejkernel_flash_dkdv",
@@ -207,7 +208,7 @@ def backward(
             jax.ShapeDtypeStruct(q.shape, spec.out_dtype(q)),
             jax.ShapeDtypeStruct(dbias_shape, F32),
         ],
-        grid=(_cdiv(sq, block_n), b * h),
+        grid=folded(_cdiv(sq, block_n), b * h),
         num_warps=warps,
         num_stages=stages,
         zeroed_outputs=(1,) if write_dbias else (),

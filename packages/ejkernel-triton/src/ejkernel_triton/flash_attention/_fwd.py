@@ -26,6 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._grid import tile_and_row
 from ._kernel import LN2, LOG2E, block_stages, dropout_keep, load_tile, row_bounds, store_tile
 
 
@@ -129,8 +130,7 @@ def flash_fwd_kernel(
     NUM_SINKS: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     tl.static_assert(HEAD_DIM_PAD >= HEAD_DIM)
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = tile_and_row(tl.cdiv(seq_q, BLOCK_M))
     off_b = pid_bh // num_heads
     off_h = pid_bh % num_heads
     off_kh = off_h // groups
@@ -252,8 +252,7 @@ def flash_fwd_tma_kernel(
 ):  # fmt: skip
     """``MASK_TAIL``: some block needs the key mask (causal, or ``seq_k % BLOCK_N``), a host-side
     fact of the static shapes."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = tile_and_row(tl.cdiv(seq_q, BLOCK_M))
     off_b = pid_bh // num_heads
     off_h = pid_bh % num_heads
     q_desc = tl.make_tensor_descriptor(
@@ -320,8 +319,7 @@ def flash_fwd_tma_ws_kernel(
     ping-pong schedule). Triton 3.6 specializes a kernel only with a single key loop, and ran
     this loop correctly only with 2-D descriptors (``[batch * seq, heads * head_dim]``: tiles
     may not cross a sequence's end, hence the alignment) and at most 2 stages."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = tile_and_row(tl.cdiv(seq_q, BLOCK_M))
     off_b = pid_bh // num_heads
     off_h = pid_bh % num_heads
     q_desc = tl.make_tensor_descriptor(

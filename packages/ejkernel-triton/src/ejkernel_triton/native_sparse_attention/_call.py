@@ -15,6 +15,7 @@ import triton
 from ejkernel.ops.native_sparse_attention import NativeSparseAttentionArgs, NativeSparseAttentionConfig
 from ejkernel.ops.native_sparse_attention.branches import Tokens, selected_branch, sparse_attention
 
+from .._grid import folded
 from .._launch import dot_precision, launch
 from ._kernel import nsa_selected_fwd_kernel
 
@@ -39,7 +40,7 @@ def _forward(spec: Spec, q, k, v, sel, pos, bos) -> jax.Array:
         nsa_selected_fwd_kernel,
         q, k, v, sel, pos, bos, np.float32(spec.scale), t,
         out_shape=[jax.ShapeDtypeStruct((b, t, hq, dv), jnp.float32)],
-        grid=(t, b * h),
+        grid=folded(t, b * h),
         num_warps=spec.num_warps,
         num_stages=spec.num_stages,
         name="ejkernel_nsa_selected_fwd",

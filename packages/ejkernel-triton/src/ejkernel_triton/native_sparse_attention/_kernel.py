@@ -13,6 +13,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._grid import tile_and_row
+
 
 @triton.jit
 def nsa_selected_fwd_kernel(
@@ -37,8 +39,7 @@ def nsa_selected_fwd_kernel(
     BLOCK_DV: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    i_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
+    i_t, i_bh = tile_and_row(seq_len)
     i_b = i_bh // H
     i_h = i_bh % H
     row = (i_b * seq_len + i_t).to(tl.int64)
