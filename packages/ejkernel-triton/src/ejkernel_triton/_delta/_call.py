@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from ejkernel.ops.families import delta_rule_math as M
 
+from .._grid import folded
 from .._launch import launch, sm_count
 from ._intra import SUB as _SUB
 from ._intra import (
@@ -146,7 +147,7 @@ def _forward(spec: Spec, w, u, kg, gl, qg, aqk, h0, flags):
         delta_fwd_o_kernel,
         qg, states, aqk, vn, spec.nc,
         out_shape=[jax.ShapeDtypeStruct((spec.rh, spec.nc * spec.c, spec.v), dt)],
-        grid=(spec.nc * spec.rh, -(-spec.v // bv_o)),
+        grid=(*folded(spec.nc, spec.rh), -(-spec.v // bv_o)),
         num_warps=O_WARPS,
         num_stages=spec.num_stages,
         name="ejkernel_delta_fwd_o",
@@ -199,7 +200,7 @@ def _inter_bwd(spec: Spec, res, cts):
             jax.ShapeDtypeStruct(kg.shape, kg.dtype), jax.ShapeDtypeStruct(gl.shape, F32),
             jax.ShapeDtypeStruct(aqk.shape, aqk.dtype),
         ],
-        grid=(spec.nc * spec.rh, -(-spec.k // bk)),
+        grid=(*folded(spec.nc, spec.rh), -(-spec.k // bk)),
         num_warps=warps,
         num_stages=spec.num_stages,
         name="ejkernel_delta_bwd_dqkw",

@@ -31,6 +31,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._grid import tile_and_row
+
 
 @triton.jit
 def _dot(a, b, IEEE: tl.constexpr):
@@ -116,8 +118,8 @@ def delta_fwd_o_kernel(
     o,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0).to(tl.int64)  # (head row, chunk): axis 0 takes 2^31 - 1 programs
-    i_c, i_rh = pid % NC, pid // NC
+    i_c, i_rh = tile_and_row(NC)  # (head row, chunk) on axis 0: _grid
+    i_c, i_rh = i_c.to(tl.int64), i_rh.to(tl.int64)
     i_v = tl.program_id(1)
     o_c = tl.arange(0, C)
     o_k = tl.arange(0, BK)
@@ -202,8 +204,8 @@ def delta_bwd_dqkw_kernel(
     ``dKg = V' dSᵀ``, ``d exp(γ_last) = Σ_v S ⊙ dS`` over its ``BK`` key channels, and (the first
     key block only) ``dAqk = dO V'ᵀ``. ``S``/``dS``: the states entering / the gradient of the
     state leaving each chunk."""
-    pid = tl.program_id(0).to(tl.int64)  # (head row, chunk), as in delta_fwd_o_kernel
-    i_c, i_rh = pid % NC, pid // NC
+    i_c, i_rh = tile_and_row(NC)  # (head row, chunk) on axis 0: _grid
+    i_c, i_rh = i_c.to(tl.int64), i_rh.to(tl.int64)
     i_k = tl.program_id(1)
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
