@@ -69,3 +69,26 @@ def test_tma_forward_long_odd_sequences(causal):
     )
     C.check(_fn(CONFIGS["128x64x4x2"]), case, op="flash_attention")
     assert jax.default_backend() == "gpu"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 256])
+def test_tma_heuristic_tiles_per_head_dim(d, causal):
+    """The heuristic's own tiles at head dims 64 (three stages) and 256 (8 warps, 193 KiB of
+    shared memory), through the default call: b2, sq 700 / sk 900 (tiles cross sequence ends),
+    GQA 4/2, bfloat16, forward and gradients."""
+    import ejkernel
+    from ejkernel_triton.flash_attention import _spec
+    from ejkernel_triton.flash_attention import heuristics as H
+
+    case = AttentionCase(name=f"tma-d{d}", b=2, sq=700, sk=900, h=4, hk=2, d=d, causal=causal, dtype="bfloat16")
+    args = C.bind("flash_attention", **case.inputs())
+    fwd = H.heuristic_fwd_tma(args)
+    assert _spec.make_spec(args, fwd, BWD).tma, "the call should take the TMA kernel"
+    assert fwd.num_stages == (3 if d == 64 else 2)
+    C.check(
+        lambda **kw: ejkernel.flash_attention(**kw, platform="triton"),
+        case,
+        op="flash_attention",
+        modes=("jit", "eager"),
+    )

@@ -150,15 +150,16 @@ def heuristic_fwd(d: int, dv: int, itemsize: int, cc: tuple[int, int] | None, se
 def tma_eligible(args: AttentionArgs, cc: tuple[int, int] | None) -> bool:
     """Whether the forward runs on the Hopper TMA kernels (``_fwd.flash_fwd_tma*_kernel``): sm_90+
     with Hopper's shared memory (their tiles need up to 193 KiB: not sm_120's 99 KiB), 16-bit
-    inputs, head dim 64 or 128 for queries and values, and none of the options only the
-    pointer-based kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen)."""
+    inputs, head dim 64, 128 or 256 (queries and values alike), and none of the options only the
+    pointer-based kernel implements (bias, segments, soft cap, window, sinks, dropout, varlen).
+    At head dim 256, two stages of 64-key tiles and a 128-row Q tile take 193 KiB."""
     return (
         cc is not None
         and cc >= (9, 0)
         and smem_limit(cc) >= TMA_SMEM
         and jnp.dtype(args.dtype).name in ("bfloat16", "float16")
         and args.head_dim == args.value_head_dim
-        and args.head_dim in (64, 128)
+        and args.head_dim in (64, 128, 256)
         and args.bias is None
         and not args.has_segments
         and args.logits_soft_cap is None
@@ -178,8 +179,18 @@ def heuristic_fwd_tma(args: AttentionArgs) -> FwdParams:
     warp-specialized kernel (520 TFLOP/s; 271 for the same tiles unspecialized). Otherwise 128x64,
     4 warps, 2 stages for the unmasked + masked loops (0.83x / 0.88x cuDNN, ahead of 8 warps and
     128x128 tiles).
-    The same tiles for d 64 and 128: 2 stages of either fit in shared memory.
+    At d 64 three stages of 128x64 tiles (64x64 when causal) ran fastest. At d 256 a
+    128x256 float32 accumulator needs two warpgroups (8 warps: 128 registers a thread for it),
+    so the unspecialized kernel with 128x64 tiles and 2 stages (193 KiB of shared memory): 0.82x /
+    0.85x cuDNN at b1 s16384 h8 d256, where the pointer kernel's 64x64 tiles ran at 0.42x / 0.57x.
     """
+    if args.head_dim > 128:
+        return FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=8, num_stages=2)
+    if args.head_dim <= 64:
+        # Half-size tiles leave room for a third stage (b8 s2048 h16 d64: 0.89x / 0.87x cuDNN
+        # against 0.79x / 0.74x for the d-128 tiles).
+        bq = 64 if args.causal else 128
+        return FwdParams(q_blocksize=bq, kv_blocksize=64, num_warps=4, num_stages=3)
     if not args.causal and args.seq_q % 128 == 0 and args.seq_k % 128 == 0:
         return FwdParams(q_blocksize=128, kv_blocksize=128, num_warps=4, num_stages=2)
     return FwdParams(q_blocksize=128, kv_blocksize=64, num_warps=4, num_stages=2)
