@@ -3,7 +3,9 @@
 # for rechecking a change that touches the GPU backends; records to $OUT (or /tmp/out):
 #   build  build ejkernel-cuda for Hopper (the other stages that need it run it first)
 #   conf   the shared conformance suite on the GPU implementations (Triton flash and ring, cuDNN,
-#          CUDA page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files, CONF_K: its -k filter)
+#          CUDA page attention), forward and gradients; junit XML (CONF_TESTS: a shard of the files, CONF_K: its -k filter,
+#          CONF_SAMPLE=N: N cases of each test x implementation x config, as tests/conftest.py's --sample; a
+#          flash_attention case takes 50-120 s of one worker on the H200: the whole suite needs several calls)
 #   cudnn  the cuDNN backend alone: its GPU tests, its conformance and call modes, the default calls,
 #          then flash_attention's default call and cuDNN scaled_dot_product_attention against
 #          jax.nn's cuDNN on the dense attention table's shapes (bf16, causal both)
@@ -45,11 +47,11 @@ stages=" ${STAGES:-first build conf gpu lse cuda bench} "
 # A stage that runs out of time must not leave its xdist workers compiling into the next stage.
 # Default verbosity (a stage adds -v to name each item). Each run gets its own session, and only
 # that process group is killed, so lanes (lanes.sh) on the other GPUs keep running.
-# Tests not started 60 s before the stage's limit (a third of a limit under 180 s) are skipped
-# (tests/conftest.py), so pytest ends on its own and prints the tracebacks; the timeout stays as
-# the backstop (a fixed 60 s would leave a short stage no time past pytest's start-up).
+# Tests not started a third of the stage's limit before its end (at most 120 s: a flash_attention
+# conformance case can take that long on one worker) are skipped (tests/conftest.py), so pytest
+# ends on its own and prints the tracebacks and the junit XML; the timeout stays as the backstop.
 gpu_pytest() {
-  EJKERNEL_TEST_DEADLINE=$(($(date +%s) + $1 - ($1 < 180 ? $1 / 3 : 60))) XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -p no:cacheprovider -o addopts="" \
+  EJKERNEL_TEST_DEADLINE=$(($(date +%s) + $1 - ($1 < 360 ? $1 / 3 : 120))) XLA_PYTHON_CLIENT_PREALLOCATE=false setsid timeout "$1" python3 -m pytest -p no:cacheprovider -o addopts="" \
     -m "${MARKS:-not full and not packaging}" -rf "${@:2}" &
   local pid=$!; wait $pid; local rc=$?; kill -9 -- -$pid 2>/dev/null; return $rc
 }
@@ -95,6 +97,7 @@ if [[ $stages == *" conf "* ]]; then
   # CONF_TESTS picks a shard (the whole suite is ~480 items: more than one 600-s call at 14 workers).
   gpu_pytest ${CONF_S:-420} ${CONF_TESTS:-tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
     tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "${CONF_K:-triton or cuda or cudnn}" \
+    ${CONF_SAMPLE:+--sample=$CONF_SAMPLE} \
     -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/gpu_conformance.txt" | tail -12
