@@ -96,7 +96,7 @@ fi
 if [[ $stages == *" conf "* ]]; then
   # CONF_TESTS picks a shard (the whole suite is ~480 items: more than one 600-s call at 14 workers).
   gpu_pytest ${CONF_S:-420} ${CONF_TESTS:-tests/ops/*/test_conformance.py tests/ops/*/test_properties.py \
-    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "${CONF_K:-triton or cuda or cudnn}" \
+    tests/ops/page_attention/test_dense_equivalence.py tests/ops/test_call_modes.py} -k "${CONF_K:-triton or cuda or cudnn or pallas_gpu}" \
     ${CONF_SAMPLE:+--sample=$CONF_SAMPLE} \
     -n ${WORKERS:-14} --maxfail=20 --durations=5 -v \
     --junitxml="$out/gpu_conformance.xml" > "$out/gpu_conformance.txt" 2>&1

@@ -24,9 +24,10 @@ TPU = DeviceInfo(platform="tpu", kind="TPU v5 lite", runtime="interpret")
 TPU_KINDS = ("TPU v4", "TPU v5 lite", "TPU v6 lite")
 
 
-def registered(op: str) -> KernelImpl:
-    """The Pallas implementation of ``op`` as the entry point registered it."""
-    return kernel_registry.get(op, platform="pallas")
+def registered(op: str, name: str = "pallas") -> KernelImpl:
+    """The Pallas implementation of ``op`` named ``name`` (the TPU one by default) as the entry
+    point registered it."""
+    return kernel_registry.get(op, platform=name)
 
 
 def on_tpu(impl: KernelImpl, cfg: OpConfig | None = None) -> Callable[..., Any]:

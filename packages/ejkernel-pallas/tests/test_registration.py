@@ -81,6 +81,7 @@ def test_no_ring_attention_without_the_lse_protocol():
     assert sorted(info.implementations) == [
         "blocksparse_attention/pallas",
         "flash_attention/pallas",
+        "flash_attention/pallas_gpu",
         "grouped_matmul/pallas",
         "page_attention/pallas",
         "ragged_page_attention_v2/pallas",

@@ -1,4 +1,4 @@
-"""ejkernel's Pallas backend: Mosaic TPU kernels (``tpu/``), with room for Mosaic GPU (``gpu/``).
+"""ejkernel's Pallas backend: Mosaic TPU kernels (``tpu/``) and Mosaic GPU kernels for Hopper (``gpu/``).
 
 Registered through the ``ejkernel.backends`` entry point (``pallas = "ejkernel_pallas:register"``)
 at priority 100, above the XLA fallback. Registering is cheap and safe everywhere: nothing is
@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OPS", "PRIORITY", "register"]
+__all__ = ["GPU_PRIORITY", "OPS", "PRIORITY", "register"]
 
 PRIORITY = 100
+#: The Mosaic GPU kernels' priority: above the XLA fallback, below Triton and cuDNN (whose rates on
+#: the H200 are recorded) until the GPU kernels' own are.
+GPU_PRIORITY = 50
 
 #: The ops this backend implements: ``register`` registers exactly these (through
 #: ``ejkernel.ops.support.register_declared``), and the READMEs' support tables list them from here,
@@ -49,3 +52,9 @@ def register(registry: Any) -> None:
     # No ring_attention: the flash kernels do not provide the log-sum-exp protocol
     # (AttentionImpl.supports_lse) that ejkernel.ops.ring_attention.RingAttentionImpl combines.
     register_declared(registry, OPS, impls, Platform.PALLAS, Backend.TPU, PRIORITY)
+
+    from .gpu.flash_attention import PallasGpuFlashAttention
+
+    registry.register("flash_attention", Platform.PALLAS, Backend.GPU, GPU_PRIORITY, name="pallas_gpu")(
+        PallasGpuFlashAttention
+    )

@@ -1,0 +1,3 @@
+from .impl import PallasGpuFlashAttention
+
+__all__ = ["PallasGpuFlashAttention"]
