@@ -23,11 +23,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from ._fwd import LOG2E, TILED, Spec, _key_steps, launch
-
-
-def _rem(j, n: int):
-    return lax.rem(j, jnp.int32(n))
+from ._fwd import TILED, Spec, _accumulate, _capped, _iota, _key_steps, _mask, _mma, _rem, launch
 
 
 def _produce(lo, hi, stages: int, load, used) -> None:
@@ -47,51 +43,6 @@ def _produce(lo, hi, stages: int, load, used) -> None:
     @pl.loop(jnp.maximum(hi - stages, lo), hi)
     def _(j):
         plgpu.barrier_wait(used.at[_rem(j - lo, stages)])
-
-
-def _mma(spec: Spec, shape, lhs, rhs, stage=None):
-    """``lhs @ rhs`` into a fresh float32 accumulator. A register ``lhs`` goes through ``stage``
-    (shared memory) under the interpreter, whose ``wgmma`` reads its left operand from there."""
-    if spec.interpret and stage is not None:
-        stage[...] = lhs
-        plgpu.commit_smem()
-        lhs = stage
-
-    def run(acc_ref):
-        plgpu.wgmma(acc_ref, lhs, rhs)
-        return acc_ref[...]
-
-    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
-
-
-def _accumulate(spec: Spec, acc, lhs, rhs, stage=None):
-    """``acc + lhs @ rhs`` (in place on the GPU; a fresh accumulator under the interpreter)."""
-    if spec.interpret:
-        return acc + _mma(spec, acc.shape, lhs, rhs, stage)
-
-    def run(acc_ref):
-        plgpu.wgmma(acc_ref, lhs, rhs)
-
-    return pl.run_state(run)(plgpu.ACC.init(acc))
-
-
-def _capped(spec: Spec, s):
-    """Log2-scaled logits and the soft cap's derivative factor (``None`` without a cap)."""
-    if spec.soft_cap is None:
-        return s * (spec.scale * LOG2E), None
-    t = jnp.tanh(s * (spec.scale / spec.soft_cap))
-    return t * (spec.soft_cap * LOG2E), 1.0 - t * t
-
-
-def _mask(spec: Spec, x, rows, keys):
-    ok = keys < spec.seq_k
-    if spec.causal:
-        ok = ok & (keys <= rows + (spec.seq_k - spec.seq_q))
-    return jnp.where(ok, x, -jnp.inf)
-
-
-def _iota(shape, axis: int, start):
-    return plgpu.broadcasted_iota(jnp.int32, shape, axis, layout=plgpu.Layout.WGMMA) + start
 
 
 def dq(spec: Spec, q, k, v, do, lse2, delta) -> jax.Array:
@@ -119,15 +70,15 @@ def dq(spec: Spec, q, k, v, do, lse2, delta) -> jax.Array:
         def step(j, acc, masked: bool):
             slot = _rem(j, stages)
             plgpu.barrier_wait(k_ready.at[slot])
-            s, dcap = _capped(spec, _mma(spec, (bq, bk), q_smem, k_smem.at[slot].transpose((1, 0))))
+            s, tanh = _capped(spec, _mma(spec, (bq, bk), q_smem, k_smem.at[slot].transpose((1, 0))))
             if masked:
                 s = _mask(spec, s, _iota((bq, bk), 0, row0), _iota((bq, bk), 1, j * bk))
             p = jnp.exp2(s - lax.broadcast_in_dim(lse, s.shape, [0]))
             plgpu.barrier_wait(v_ready.at[slot])
             dp = _mma(spec, (bq, bk), do_smem, v_smem.at[slot].transpose((1, 0)))
             ds = p * (dp - lax.broadcast_in_dim(dlt, dp.shape, [0]))
-            if dcap is not None:
-                ds = ds * dcap
+            if tanh is not None:
+                ds = ds * (1.0 - tanh * tanh)
             acc = _accumulate(spec, acc, ds.astype(dtype), k_smem.at[slot], stage)
             plgpu.barrier_arrive(used.at[slot])
             return acc
@@ -220,7 +171,7 @@ def dkdv(spec: Spec, q, k, v, do, lse2, delta) -> tuple[jax.Array, jax.Array]:
             slot = _rem(i - first, stages)
             plgpu.barrier_wait(q_ready.at[slot])
             plgpu.barrier_wait(lse_ready.at[slot])
-            st, dcap = _capped(spec, _mma(spec, (bk, bq), k_smem, q_smem.at[slot].transpose((1, 0))))
+            st, tanh = _capped(spec, _mma(spec, (bk, bq), k_smem, q_smem.at[slot].transpose((1, 0))))
             if masked:
                 st = _mask(spec, st, _iota((bk, bq), 1, i * bq), _iota((bk, bq), 0, key0))
             lse = plgpu.load(lse_smem.at[slot], layout=plgpu.Layout.WGMMA.reduce(0))
@@ -231,8 +182,8 @@ def dkdv(spec: Spec, q, k, v, do, lse2, delta) -> tuple[jax.Array, jax.Array]:
             dpt = _mma(spec, (bk, bq), v_smem, do_smem.at[slot].transpose((1, 0)))
             dlt = plgpu.load(delta_smem.at[slot], layout=plgpu.Layout.WGMMA.reduce(0))
             dst = pt * (dpt - lax.broadcast_in_dim(dlt, dpt.shape, [1]))
-            if dcap is not None:
-                dst = dst * dcap
+            if tanh is not None:
+                dst = dst * (1.0 - tanh * tanh)
             dk_acc = _accumulate(spec, dk_acc, dst.astype(dtype), q_smem.at[slot], stage)
             plgpu.barrier_arrive(used.at[slot])
             return dk_acc, dv_acc

@@ -64,6 +64,10 @@ class Spec:
         return self.seq_k_padded // self.block_kv
 
 
+def _rem(j, n: int):
+    return lax.rem(j, jnp.int32(n))
+
+
 def _key_steps(spec: Spec, row0):
     """``(full, total)`` key tiles of the ``block_q`` rows from ``row0``: the first ``full`` need
     no mask, the rest up to ``total`` need the causal or the key-tail mask."""
@@ -78,12 +82,57 @@ def _key_steps(spec: Spec, row0):
     return full.astype(jnp.int32), total.astype(jnp.int32)
 
 
+def _mma(spec: Spec, shape, lhs, rhs, stage=None):
+    """``lhs @ rhs`` into a fresh float32 accumulator. A register ``lhs`` goes through ``stage``
+    (shared memory) under the interpreter, whose ``wgmma`` reads its left operand from there."""
+    if spec.interpret and stage is not None:
+        stage[...] = lhs
+        plgpu.commit_smem()
+        lhs = stage
+
+    def run(acc_ref):
+        plgpu.wgmma(acc_ref, lhs, rhs)
+        return acc_ref[...]
+
+    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
+
+def _accumulate(spec: Spec, acc, lhs, rhs, stage=None):
+    """``acc + lhs @ rhs`` (in place on the GPU; a fresh accumulator under the interpreter)."""
+    if spec.interpret:
+        return acc + _mma(spec, acc.shape, lhs, rhs, stage)
+
+    def run(acc_ref):
+        plgpu.wgmma(acc_ref, lhs, rhs)
+
+    return pl.run_state(run)(plgpu.ACC.init(acc))
+
+
+def _capped(spec: Spec, s):
+    """Log2-scaled logits of the raw products ``s``, and the soft cap's ``tanh`` (``None``
+    without a cap: its derivative ``1 - tanh²`` scales dS in the backward)."""
+    if spec.soft_cap is None:
+        return s * (spec.scale * LOG2E), None
+    t = jnp.tanh(s * (spec.scale / spec.soft_cap))
+    return t * (spec.soft_cap * LOG2E), t
+
+
+def _mask(spec: Spec, x, rows, keys):
+    ok = keys < spec.seq_k
+    if spec.causal:
+        ok = ok & (keys <= rows + (spec.seq_k - spec.seq_q))
+    return jnp.where(ok, x, -jnp.inf)
+
+
+def _iota(shape, axis: int, start):
+    return plgpu.broadcasted_iota(jnp.int32, shape, axis, layout=plgpu.Layout.WGMMA) + start
+
+
 def forward(spec: Spec, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Padded ``q [b, sq_p, h, d]``, ``k``/``v [b, sk_p, hk, d]`` → output ``[b, sq_p, h, d]`` (the
     inputs' dtype) and log-sum-exp ``[b, h, sq_p]`` (float32, natural log, -inf: no key)."""
     b = q.shape[0]
     bq, bk, d, stages, dtype = spec.block_q, spec.block_kv, spec.head_dim, spec.stages, q.dtype
-    qk_scale = spec.scale * LOG2E
 
     def compute(wg, q_ref, k_ref, v_ref, out_ref, lse_ref, scratch, barriers):
         batch, head = lax.axis_index("batch"), lax.axis_index("heads")
@@ -103,50 +152,25 @@ def forward(spec: Spec, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.A
 
         def step(j, carry, masked: bool):
             acc, m_i, l_i = carry
-            slot = lax.rem(j, jnp.int32(stages))
+            slot = _rem(j, stages)
             plgpu.barrier_wait(k_ready.at[slot])
-
-            def qk(acc_ref):
-                plgpu.wgmma(acc_ref, qo_smem, k_smem.at[slot].transpose((1, 0)))
-                return acc_ref[...]
-
-            s = pl.run_scoped(qk, plgpu.ACC((bq, bk), jnp.float32))
+            s, _ = _capped(spec, _mma(spec, (bq, bk), qo_smem, k_smem.at[slot].transpose((1, 0))))
             plgpu.barrier_arrive(k_used.at[slot])
-            if spec.soft_cap is not None:
-                cap = spec.soft_cap
-                s = (cap * LOG2E) * jnp.tanh(s * (spec.scale / cap))  # log2-scaled capped logits
-            else:
-                s = s * qk_scale
             if masked:
-                rows = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 0, layout=plgpu.Layout.WGMMA) + row0
-                keys = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 1, layout=plgpu.Layout.WGMMA) + j * bk
-                ok = keys < spec.seq_k
-                if spec.causal:
-                    ok = ok & (keys <= rows + (spec.seq_k - spec.seq_q))
-                s = jnp.where(ok, s, -jnp.inf)
+                s = _mask(spec, s, _iota((bq, bk), 0, row0), _iota((bq, bk), 1, j * bk))
             m_new = jnp.maximum(m_i, s.max(axis=1))
             m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # a row with no key yet: p = 0, not NaN
             alpha = jnp.exp2(m_i - m_safe)
             p = jnp.exp2(s - lax.broadcast_in_dim(m_safe, s.shape, [0]))
             l_i = l_i * alpha + p.sum(axis=1)
             acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
-            p16 = p.astype(dtype)
             plgpu.barrier_wait(v_ready.at[slot])
-
-            def pv(acc_ref):
-                if spec.interpret:  # the interpreter's wgmma takes its left operand from shared memory
-                    p_smem.at[wg][...] = p16
-                    plgpu.commit_smem()
-                    plgpu.wgmma(acc_ref, p_smem.at[wg], v_smem.at[slot])
-                else:
-                    plgpu.wgmma(acc_ref, p16, v_smem.at[slot])
-
-            acc = pl.run_state(pv)(plgpu.ACC.init(acc)) if not spec.interpret else acc + _scoped_pv(pv, bq, d)
+            acc = _accumulate(spec, acc, p.astype(dtype), v_smem.at[slot], p_smem.at[wg] if spec.interpret else None)
             plgpu.barrier_arrive(v_used.at[slot])
             return acc, m_new, l_i
 
         def skip(j, _):  # tiles the other warpgroup needs: observed and released
-            slot = lax.rem(j, jnp.int32(stages))
+            slot = _rem(j, stages)
             plgpu.barrier_wait(k_ready.at[slot])
             plgpu.barrier_arrive(k_used.at[slot])
             plgpu.barrier_wait(v_ready.at[slot])
@@ -176,7 +200,7 @@ def forward(spec: Spec, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.A
 
         @pl.loop(0, cta_total)
         def _(j):
-            slot = lax.rem(j, jnp.int32(stages))
+            slot = _rem(j, stages)
 
             @pl.when(j >= stages)
             def _():
@@ -194,7 +218,7 @@ def forward(spec: Spec, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.A
         # The last uses of each slot: observed, so every barrier phase is seen before they are freed.
         @pl.loop(jnp.maximum(cta_total - stages, 0), cta_total)
         def _(j):
-            slot = lax.rem(j, jnp.int32(stages))
+            slot = _rem(j, stages)
             plgpu.barrier_wait(k_used.at[slot])
             plgpu.barrier_wait(v_used.at[slot])
 
@@ -250,13 +274,3 @@ def launch(spec: Spec, entry, out_type, tiles: tuple[str, int], batch: int, thre
         compiler_params=plgpu.CompilerParams(approx_math=True),
         interpret=plgpu.InterpretGPUParams() if spec.interpret else None,
     )
-
-
-def _scoped_pv(pv, bq: int, d: int):
-    """``P V`` into a fresh accumulator (the interpreter has no ``run_state`` of an accumulator)."""
-
-    def run(acc_ref):
-        pv(acc_ref)
-        return acc_ref[...]
-
-    return pl.run_scoped(run, plgpu.ACC((bq, d), jnp.float32))
