@@ -101,6 +101,50 @@ def test_tma_forward(case, cfg_id):
     assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
 
 
+ALIGNED_CASES = [
+    # (case, HEAD_MASKED / TAIL_MASKED of the dK/dV kernel, of the dQ kernel) with 16x32 backward tiles
+    (AttentionCase(name="aligned", b=2, sq=64, sk=96, h=4, hk=2, d=32), (False, False), (False, False)),
+    (
+        AttentionCase(name="aligned-causal", b=1, sq=64, sk=96, h=2, hk=1, d=32, causal=True),
+        (True, False),
+        (False, True),
+    ),
+    # sq > sk: the first 32 rows see no key
+    (
+        AttentionCase(name="aligned-causal-empty-rows", b=1, sq=96, sk=64, h=2, hk=2, d=32, causal=True),
+        (True, False),
+        (False, True),
+    ),
+    (AttentionCase(name="ragged-keys", b=1, sq=64, sk=80, h=2, hk=2, d=32), (False, True), (False, False)),
+    (
+        AttentionCase(name="aligned-window", b=1, sq=64, sk=64, h=2, hk=2, d=32, window=(20, 3)),
+        (True, True),
+        (True, True),
+    ),
+    (
+        AttentionCase(name="aligned-bias", b=1, sq=32, sk=64, h=2, hk=2, d=32, bias=(1, "h", "q", "k")),
+        (False, False),
+        (False, False),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "dkdv", "dq"), ALIGNED_CASES, ids=[c.name for c, _, _ in ALIGNED_CASES])
+def test_backward_compiles_only_the_loops_some_program_runs(case, dkdv, dq):
+    """The backward kernels leave out a masked loop that no program runs (tile-aligned lengths
+    without a window or varlen): the flags are as expected and gradients still match the
+    reference (float32, so the dQ kernel runs beside dK/dV)."""
+    from ejkernel_triton.flash_attention import _call, _spec
+
+    cfg = CONFIGS["16x16-bwd16x32"]
+    spec = _spec.make_spec(C.bind(OP, **case.inputs()), cfg.fwd_params, cfg.bwd_params)
+    block_m, block_n = cfg.bwd_params.q_blocksize, cfg.bwd_params.kv_blocksize
+    flags = lambda f: (f["HEAD_MASKED"], f["TAIL_MASKED"])  # noqa: E731
+    assert flags(_call.masked_stages(spec, block_m, block_n, keys_resident=True)) == dkdv
+    assert flags(_call.masked_stages(spec, block_n, block_m, keys_resident=False)) == dq
+    assert C.check_impl(IMPL, case, cfg, device=GPU) == "ok"
+
+
 def test_vmap_folds_into_the_batch_and_maps_otherwise():
     fn = on_gpu(CONFIGS["16x16-bwd16x32"])
     rng = np.random.default_rng(0)

@@ -126,8 +126,11 @@ def flash_dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, IS_VARLEN: tl.constexpr,
     HAS_BIAS: tl.constexpr, WRITE_DBIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEAD_MASKED: tl.constexpr, TAIL_MASKED: tl.constexpr,
 ):  # fmt: skip
+    """``HEAD_MASKED`` / ``TAIL_MASKED``: whether some program has masked key blocks before /
+    after its unmasked ones (``_call.masked_stages``); a loop that is empty for every program is
+    not compiled, which spares registers (ptxas serializes the wgmma of a kernel that runs out)."""
     pid_m, pid_bh = tile_and_row(tl.cdiv(seq_q, BLOCK_M))
     off_b = pid_bh // num_heads
     off_h = pid_bh % num_heads
@@ -167,13 +170,14 @@ def flash_dq_kernel(
 
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     start, full_lo, full_hi, end = block_stages(lo, hi, valid_m, seq_k, BLOCK_N)
-    dq = _dq_blocks(
-        dq, q, do, lse2, delta, q_seg, k_base, v_base, bias_base, dbias_base, kseg_base,
-        lo, hi, offs_m, valid_m, offs_d, offs_dv, seed, pid_bh, start, full_lo,
-        stride_ks, stride_vs, stride_bq, stride_bk, seq_k, seq_k, sm_scale, softcap, inv_keep, threshold,
-        HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_N, True, HAS_BIAS, WRITE_DBIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT,
-        DOT_PRECISION,
-    )  # fmt: skip
+    if HEAD_MASKED:
+        dq = _dq_blocks(
+            dq, q, do, lse2, delta, q_seg, k_base, v_base, bias_base, dbias_base, kseg_base,
+            lo, hi, offs_m, valid_m, offs_d, offs_dv, seed, pid_bh, start, full_lo,
+            stride_ks, stride_vs, stride_bq, stride_bk, seq_k, seq_k, sm_scale, softcap, inv_keep, threshold,
+            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_N, True, HAS_BIAS, WRITE_DBIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT,
+            DOT_PRECISION,
+        )  # fmt: skip
     dq = _dq_blocks(
         dq, q, do, lse2, delta, q_seg, k_base, v_base, bias_base, dbias_base, kseg_base,
         lo, hi, offs_m, valid_m, offs_d, offs_dv, seed, pid_bh, full_lo, full_hi,
@@ -181,13 +185,14 @@ def flash_dq_kernel(
         HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_N, False, HAS_BIAS, WRITE_DBIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT,
         DOT_PRECISION,
     )  # fmt: skip
-    dq = _dq_blocks(
-        dq, q, do, lse2, delta, q_seg, k_base, v_base, bias_base, dbias_base, kseg_base,
-        lo, hi, offs_m, valid_m, offs_d, offs_dv, seed, pid_bh, full_hi, end,
-        stride_ks, stride_vs, stride_bq, stride_bk, seq_k, seq_k, sm_scale, softcap, inv_keep, threshold,
-        HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_N, True, HAS_BIAS, WRITE_DBIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT,
-        DOT_PRECISION,
-    )  # fmt: skip
+    if TAIL_MASKED:
+        dq = _dq_blocks(
+            dq, q, do, lse2, delta, q_seg, k_base, v_base, bias_base, dbias_base, kseg_base,
+            lo, hi, offs_m, valid_m, offs_d, offs_dv, seed, pid_bh, full_hi, end,
+            stride_ks, stride_vs, stride_bq, stride_bk, seq_k, seq_k, sm_scale, softcap, inv_keep, threshold,
+            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_N, True, HAS_BIAS, WRITE_DBIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT,
+            DOT_PRECISION,
+        )  # fmt: skip
     dq = dq * sm_scale
     store_tile(
         DQ + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
@@ -328,8 +333,9 @@ def flash_dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, IS_VARLEN: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEAD_MASKED: tl.constexpr, TAIL_MASKED: tl.constexpr,
 ):  # fmt: skip
+    """``HEAD_MASKED`` / ``TAIL_MASKED`` as in :func:`flash_dq_kernel`, for the query blocks."""
     pid_n, pid_bkh = tile_and_row(tl.cdiv(seq_k, BLOCK_N))
     off_b = pid_bkh // num_kv_heads
     off_kh = pid_bkh % num_kv_heads
@@ -372,14 +378,15 @@ def flash_dkdv_kernel(
         lse_base = Lse + bh.to(tl.int64) * seq_q
         delta_base = Delta + bh.to(tl.int64) * seq_q
         bias_base = Bias + b64 * stride_bb + h64 * stride_bh
-        dk, dv = _dkdv_blocks(
-            dk, dv, k, v, k_seg, q_base, do_base, lse_base, delta_base, bias_base, qseg_base,
-            offs_n, in_k, offs_d, offs_dv, seed, bh, q_start, full_lo,
-            RowLo, RowHi, window_left, window_right, stride_qs, stride_dos, stride_bq, stride_bk,
-            seq_q, seq_k, sm_scale, softcap, inv_keep, threshold,
-            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, IS_VARLEN,
-            HAS_BIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT, DOT_PRECISION,
-        )  # fmt: skip
+        if HEAD_MASKED:
+            dk, dv = _dkdv_blocks(
+                dk, dv, k, v, k_seg, q_base, do_base, lse_base, delta_base, bias_base, qseg_base,
+                offs_n, in_k, offs_d, offs_dv, seed, bh, q_start, full_lo,
+                RowLo, RowHi, window_left, window_right, stride_qs, stride_dos, stride_bq, stride_bk,
+                seq_q, seq_k, sm_scale, softcap, inv_keep, threshold,
+                HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, IS_VARLEN,
+                HAS_BIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT, DOT_PRECISION,
+            )  # fmt: skip
         dk, dv = _dkdv_blocks(
             dk, dv, k, v, k_seg, q_base, do_base, lse_base, delta_base, bias_base, qseg_base,
             offs_n, in_k, offs_d, offs_dv, seed, bh, full_lo, full_hi,
@@ -388,14 +395,15 @@ def flash_dkdv_kernel(
             HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_M, False, IS_CAUSAL, HAS_WINDOW, IS_VARLEN,
             HAS_BIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT, DOT_PRECISION,
         )  # fmt: skip
-        dk, dv = _dkdv_blocks(
-            dk, dv, k, v, k_seg, q_base, do_base, lse_base, delta_base, bias_base, qseg_base,
-            offs_n, in_k, offs_d, offs_dv, seed, bh, full_hi, q_end,
-            RowLo, RowHi, window_left, window_right, stride_qs, stride_dos, stride_bq, stride_bk,
-            seq_q, seq_k, sm_scale, softcap, inv_keep, threshold,
-            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, IS_VARLEN,
-            HAS_BIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT, DOT_PRECISION,
-        )  # fmt: skip
+        if TAIL_MASKED:
+            dk, dv = _dkdv_blocks(
+                dk, dv, k, v, k_seg, q_base, do_base, lse_base, delta_base, bias_base, qseg_base,
+                offs_n, in_k, offs_d, offs_dv, seed, bh, full_hi, q_end,
+                RowLo, RowHi, window_left, window_right, stride_qs, stride_dos, stride_bq, stride_bk,
+                seq_q, seq_k, sm_scale, softcap, inv_keep, threshold,
+                HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_V, HEAD_DIM_V_PAD, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, IS_VARLEN,
+                HAS_BIAS, HAS_SEGMENTS, HAS_SOFTCAP, HAS_DROPOUT, DOT_PRECISION,
+            )  # fmt: skip
     dk = dk * sm_scale
     store_tile(
         DK + b64 * stride_kb + kh64 * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],

@@ -152,6 +152,21 @@ def _q_block_ranges(row_lo: jax.Array, row_hi: jax.Array, seq_k: int, block_n: i
     return jnp.stack([jnp.where(any_row, first, 0), jnp.where(any_row, last + 1, 0)], axis=1).reshape(-1)
 
 
+def masked_stages(spec: Spec, block_m: int, block_n: int, keys_resident: bool) -> dict[str, bool]:
+    """Whether any program of a backward kernel has masked blocks before (``HEAD_MASKED``) or
+    after (``TAIL_MASKED``) its unmasked ones (``_bwd``'s three loops; the bounds of
+    ``_bwd._q_range`` for the dK/dV kernel, ``keys_resident``, and of ``_kernel.block_stages``
+    for the dQ kernel). Static facts of the shapes and options: a loop no program runs is not
+    compiled. A key block that crosses ``seq_k`` (dK/dV) or a query block whose rows stop at
+    different keys (dQ) is masked throughout."""
+    window, varlen, causal = spec.window is not None, spec.varlen, spec.causal
+    if keys_resident:  # block_n keys per program, block_m query rows per step
+        ragged = spec.seq_q % block_m != 0 or spec.seq_k % block_n != 0
+        return dict(HEAD_MASKED=causal or window or varlen, TAIL_MASKED=window or (not varlen and ragged))
+    # dQ: block_m query rows per program, block_n keys per step
+    return dict(HEAD_MASKED=window or varlen, TAIL_MASKED=causal or window or varlen or spec.seq_k % block_n != 0)
+
+
 def backward(
     spec: Spec, q, k, v, bias, q_seg, kv_seg, row_lo, row_hi, seed, out, lse, dout, write_dbias: bool
 ) -> tuple[Any, ...]:
@@ -189,6 +204,7 @@ def backward(
         name="ejkernel_flash_dkdv",
         BLOCK_M=block_m,
         BLOCK_N=block_n,
+        **masked_stages(spec, block_m, block_n, keys_resident=True),
         **flags,
     )
     dbias_shape = (b, h, sq, sk) if write_dbias else (1,)
@@ -216,6 +232,7 @@ def backward(
         BLOCK_M=block_n,  # dQ swaps the tile roles: many query rows, few keys per step
         BLOCK_N=block_m,
         WRITE_DBIAS=write_dbias,
+        **masked_stages(spec, block_n, block_m, keys_resident=False),
         **flags,
     )
     return dq, dk, dv, (ds if write_dbias else None)
