@@ -3,7 +3,11 @@
 The kernels hold the same tiles as ``flash_attention``'s (a resident query tile and streamed
 key/value tiles forward; resident key/value or query/dO tiles and streamed others backward), so
 their shared memory is the flash kernels' (:mod:`..flash_attention.heuristics`) plus the int8
-fine-mask tiles of partial blocks, one per stage.
+fine-mask tiles of partial blocks, one per stage. A pipelined float32 dK/dV kernel (2 stages or
+more) also stages the P / dS operand of its dV / dK products, split in two for the tf32x3
+products: two float32 ``[kv_blocksize, q_blocksize]`` tiles (Triton 3.6, sm_90, d 64, 32x64
+tiles, 2 stages: 114948 B compiled, 103424 B without them; single-stage kernels at 16x16 to 32x32
+tiles, d 64 to 256, compiled within the flash kernels' figure on sm_86).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ def needs(args: BlockSparseAttentionArgs, cfg: BlockSparseAttentionConfig) -> li
     d, dv, itemsize = _sizes(args)
     masks_f = (f.num_stages or 1) * (f.q_blocksize or 0) * (f.kv_blocksize or 0)
     masks_b = (b.num_stages or 1) * (b.q_blocksize or 0) * (b.kv_blocksize or 0)
+    pipelined_f32 = itemsize == 4 and (b.num_stages or 1) >= 2
+    staged = 2 * (b.q_blocksize or 0) * (b.kv_blocksize or 0) * 4 if pipelined_f32 else 0
     backward = bwd_smem(b, d, dv, itemsize) + masks_b
     return [
         Need("forward", fwd_smem(f, d, dv, itemsize) + masks_f, 32 * f.num_warps),
         Need("backward dQ", backward, 32 * b.num_warps),
-        Need("backward dK/dV", backward, 32 * b.num_warps),
+        Need("backward dK/dV", backward + staged, 32 * b.num_warps),
     ]
 
 
